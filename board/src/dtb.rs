@@ -1,0 +1,257 @@
+//! Turning QEMU's own virt DTB into one that describes the board's CPUs.
+//!
+//! We start from QEMU's `dumpdtb` output rather than writing a DTB from scratch so
+//! every device QEMU wires up (GIC, UART, virtio-mmio, PCIe, PSCI, timer) stays exactly
+//! as QEMU expects; only `/cpus` and a few root clock nodes change.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, ensure, Context, Result};
+use dtoolkit::fdt::Fdt;
+use dtoolkit::model::{DeviceTree, DeviceTreeNode, DeviceTreeProperty};
+use dtoolkit::{Node, Property};
+
+use crate::schema::{Board, Cache};
+use crate::topology::cpu_map_clusters;
+
+/// How long QEMU may take to dump a DTB (it exits right after building the machine).
+const DUMP_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Runs QEMU only to dump its DTB for the board's machine/cpu/smp/memory into `out`.
+///
+/// `-nic none` keeps QEMU from loading the default NIC's option ROM (efi-virtio.rom,
+/// absent on some hosts); a PCI NIC never appears in the DTB anyway.
+pub fn dump_qemu_dtb(qemu: &Path, board: &Board, out: &Path) -> Result<()> {
+    let out_str = out.to_str().ok_or_else(|| anyhow!("{}: DTB output path is not UTF-8", out.display()))?;
+    // QEMU option values escape ',' by doubling it.
+    let machine = format!("{},dumpdtb={}", board.qemu_machine(), out_str.replace(',', ",,"));
+    let _ = std::fs::remove_file(out);
+    let mut cmd = Command::new(qemu);
+    cmd.args(["-M", &machine, "-cpu", board.qemu_cpu()])
+        .args(["-smp", &board.smp().to_string(), "-m", board.memory()])
+        .args(["-nographic", "-nic", "none"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let shown = format!("{cmd:?}");
+    let mut child = cmd.spawn().with_context(|| format!("cannot run {}", qemu.display()))?;
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait()? {
+            break s;
+        }
+        if start.elapsed() > DUMP_TIMEOUT {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("{shown} did not exit within {DUMP_TIMEOUT:?} (does this QEMU support dumpdtb?)");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let output = child.wait_with_output()?;
+    if !status.success() {
+        bail!("{shown} failed ({status}): {}", String::from_utf8_lossy(&output.stderr).trim());
+    }
+    let dtb = std::fs::read(out).with_context(|| format!("{shown} exited 0 but wrote no {}", out.display()))?;
+    Fdt::new(&dtb).map_err(|e| anyhow!("{}: QEMU wrote an invalid DTB: {e}", out.display()))?;
+    Ok(())
+}
+
+/// Cache key for a dumped QEMU DTB: everything in the board that changes it.
+/// Filename-safe; the caller adds the QEMU version.
+pub fn qemu_dtb_key(board: &Board) -> String {
+    let safe = |s: &str| -> String {
+        s.chars().map(|c| if c.is_ascii_alphanumeric() || "._,=-".contains(c) { c } else { '_' }).collect()
+    };
+    let mem = board.memory_bytes();
+    let mem = if mem.is_multiple_of(1 << 20) { format!("m{}", mem >> 20) } else { format!("b{mem}") };
+    format!("{}-{}-smp{}-{mem}", safe(board.qemu_machine()), safe(board.qemu_cpu()), board.smp())
+}
+
+/// Renders a DTB as DTS text (for logs and debugging).
+pub fn dtb_to_dts(dtb: &[u8]) -> Result<String> {
+    let fdt = Fdt::new(dtb).map_err(|e| anyhow!("invalid DTB: {e}"))?;
+    Ok(fdt.to_string())
+}
+
+/// Returns QEMU's DTB with `/cpus` describing the board.
+///
+/// Every QEMU cpu node keeps its properties (`reg`, `enable-method`, `compatible`,
+/// `device_type`, `phandle`); each gains `capacity-dmips-mhz`, `clocks` (a root
+/// `fixed-clock` per cluster: arch_topology reads the rate with `of_clk_get(cpu, 0)`),
+/// L1 cache properties and `next-level-cache` to a per-core `l2-cache` child, whose
+/// `next-level-cache` is the shared `/cpus/l3-cache`. QEMU's `cpu-map` is replaced.
+/// Logical CPU N is the Nth cpu node, which is how arm64 Linux numbers them.
+/// New phandles are allocated above the largest one already in the tree.
+pub fn generate_dtb(board: &Board, qemu_dtb: &[u8]) -> Result<Vec<u8>> {
+    let fdt = Fdt::new(qemu_dtb).map_err(|e| anyhow!("QEMU DTB does not parse: {e}"))?;
+    // The writer always emits boot_cpuid_phys 0; refuse rather than silently change it.
+    ensure!(fdt.boot_cpuid_phys() == 0, "QEMU DTB has boot_cpuid_phys {}, expected 0", fdt.boot_cpuid_phys());
+    let mut tree = DeviceTree::from_fdt(&fdt);
+    let mut phandles = Phandles::new(max_phandle(&tree.root))?;
+
+    // Root fixed clocks, one per board cluster.
+    let mut clk_phandles = Vec::new();
+    for (i, c) in board.clusters().iter().enumerate() {
+        let name = format!("clk-cluster{i}");
+        ensure!(tree.root.child(&name).is_none(), "QEMU DTB already has a /{name} node");
+        let ph = phandles.alloc()?;
+        clk_phandles.push(ph);
+        tree.root.add_child(
+            DeviceTreeNode::builder(name)?
+                .property(prop("compatible", "fixed-clock")?)
+                .property(prop("#clock-cells", 0u32)?)
+                .property(prop("clock-frequency", c.clock_hz())?)
+                .property(prop("clock-output-names", format!("cpu-clk-{}", c.name))?)
+                .property(prop("phandle", ph)?)
+                .build(),
+        );
+    }
+
+    let cpus = tree.root.child_mut("cpus").ok_or_else(|| anyhow!("QEMU DTB has no /cpus node"))?;
+    let cpu_names: Vec<String> = (*cpus).children().filter(|n| is_cpu_node(n)).map(|n| n.name().to_string()).collect();
+    ensure!(
+        cpu_names.len() == board.smp() as usize,
+        "QEMU DTB has {} cpu nodes but board {} has smp {}: dump it with -smp {}",
+        cpu_names.len(),
+        board.source(),
+        board.smp(),
+        board.smp()
+    );
+
+    let l3_phandle = match board.l3() {
+        Some(_) => Some(phandles.alloc()?),
+        None => None,
+    };
+
+    let mut cpu_phandles = Vec::with_capacity(cpu_names.len());
+    for (idx, name) in cpu_names.iter().enumerate() {
+        let cluster_idx = board.cluster_index_of(idx as u32).expect("validated: every cpu in a cluster");
+        let cluster = &board.clusters()[cluster_idx];
+        let node = cpus.child_mut(name).expect("just listed");
+
+        let existing = ["phandle", "linux,phandle"]
+            .iter()
+            .find_map(|p| (*node).property(p).and_then(|v| v.value_as::<u32>().ok()));
+        let ph = match existing {
+            Some(p) => p,
+            None => {
+                let p = phandles.alloc()?;
+                node.add_property(prop("phandle", p)?);
+                p
+            }
+        };
+        cpu_phandles.push(ph);
+
+        node.add_property(prop("capacity-dmips-mhz", cluster.capacity_dmips_mhz)?);
+        node.add_property(prop("clocks", clk_phandles[cluster_idx])?);
+        if let Some(c) = cluster.l1i {
+            add_cache_props(node, "i-cache-", c)?;
+        }
+        if let Some(c) = cluster.l1d {
+            add_cache_props(node, "d-cache-", c)?;
+        }
+        node.remove_child("l2-cache");
+        node.remove_property("next-level-cache");
+        if let Some(l2) = cluster.l2 {
+            let l2_ph = phandles.alloc()?;
+            let mut l2_node = cache_node("l2-cache", 2, l2, l2_ph)?;
+            if let Some(l3) = l3_phandle {
+                l2_node.add_property(prop("next-level-cache", l3)?);
+            }
+            node.add_child(l2_node);
+            node.add_property(prop("next-level-cache", l2_ph)?);
+        }
+    }
+
+    if let (Some(l3), Some(ph)) = (board.l3(), l3_phandle) {
+        cpus.remove_child("l3-cache");
+        cpus.add_child(cache_node("l3-cache", 3, l3, ph)?);
+    }
+
+    // cpu-map: Linux's parse_socket/parse_cluster give cluster_id = clusterN index.
+    cpus.remove_child("cpu-map");
+    let mut map = DeviceTreeNode::new("cpu-map")?;
+    let mut clusters = Vec::new();
+    for (n, members) in cpu_map_clusters(board).iter().enumerate() {
+        let mut cl = DeviceTreeNode::new(format!("cluster{n}"))?;
+        for (m, &cpu) in members.iter().enumerate() {
+            cl.add_child(
+                DeviceTreeNode::builder(format!("core{m}"))?.property(prop("cpu", cpu_phandles[cpu as usize])?).build(),
+            );
+        }
+        clusters.push(cl);
+    }
+    if board.cpu_map().socket {
+        let mut socket = DeviceTreeNode::new("socket0")?;
+        clusters.into_iter().for_each(|c| socket.add_child(c));
+        map.add_child(socket);
+    } else {
+        clusters.into_iter().for_each(|c| map.add_child(c));
+    }
+    cpus.add_child(map);
+
+    Ok(tree.to_dtb())
+}
+
+fn prop<T: dtoolkit::ToPropertyValue>(name: &str, value: T) -> Result<DeviceTreeProperty> {
+    Ok(DeviceTreeProperty::new(name, value)?)
+}
+
+fn is_cpu_node(n: &DeviceTreeNode) -> bool {
+    n.property("device_type").and_then(|p| p.value_as::<&str>().ok()) == Some("cpu")
+}
+
+/// `i-cache-size` etc. on the cpu node (L1), per the DT spec / drivers/base/cacheinfo.c.
+fn add_cache_props(node: &mut DeviceTreeNode, prefix: &str, c: Cache) -> Result<()> {
+    node.add_property(prop(&format!("{prefix}size"), c.size_bytes)?);
+    node.add_property(prop(&format!("{prefix}line-size"), c.line_bytes)?);
+    node.add_property(prop(&format!("{prefix}sets"), c.sets())?);
+    Ok(())
+}
+
+/// A unified cache node as in sm8150.dtsi, plus size/line/sets.
+fn cache_node(name: &str, level: u32, c: Cache, phandle: u32) -> Result<DeviceTreeNode> {
+    Ok(DeviceTreeNode::builder(name)?
+        .property(prop("compatible", "cache")?)
+        .property(prop("cache-level", level)?)
+        .property(prop("cache-unified", &[] as &[u8])?)
+        .property(prop("cache-size", c.size_bytes)?)
+        .property(prop("cache-line-size", c.line_bytes)?)
+        .property(prop("cache-sets", c.sets())?)
+        .property(prop("phandle", phandle)?)
+        .build())
+}
+
+/// Largest `phandle`/`linux,phandle` anywhere in the tree (0 if none).
+pub(crate) fn max_phandle<N: Node>(node: &N) -> u32 {
+    let own = node
+        .properties()
+        .filter(|p| p.name() == "phandle" || p.name() == "linux,phandle")
+        .filter_map(|p| p.value_as::<u32>().ok())
+        .max()
+        .unwrap_or(0);
+    node.children().map(|c| max_phandle(&c)).fold(own, u32::max)
+}
+
+/// Allocates phandles above every existing one, so none collide with QEMU's.
+struct Phandles {
+    next: u32,
+}
+
+impl Phandles {
+    fn new(max_existing: u32) -> Result<Self> {
+        Ok(Phandles {
+            next: max_existing.checked_add(1).ok_or_else(|| anyhow!("QEMU DTB phandle space is exhausted"))?,
+        })
+    }
+
+    fn alloc(&mut self) -> Result<u32> {
+        // 0 and 0xffffffff are not valid phandles.
+        ensure!(self.next < u32::MAX, "ran out of phandles");
+        let p = self.next;
+        self.next += 1;
+        Ok(p)
+    }
+}

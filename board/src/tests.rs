@@ -1,0 +1,524 @@
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use dtoolkit::fdt::{Fdt, FdtNode};
+use dtoolkit::model::DeviceTree;
+use dtoolkit::{Node, Property};
+
+use crate::*;
+
+/// Recorded with QEMU 10.0.2:
+/// `qemu-system-aarch64 -M virt,gic-version=3,dumpdtb=... -cpu cortex-a76 -smp 8 -m 2G -nographic -nic none`
+const FIXTURE: &[u8] = include_bytes!("../tests/fixtures/virt-gicv3-a76-smp8-2G.dtb");
+const SA8155P: &str = include_str!("../sa8155p.toml");
+const UPSTREAM: &str = include_str!("../sm8150-upstream.toml");
+const SYMMETRIC: &str = include_str!("../symmetric.toml");
+
+fn board(text: &str, file: &str) -> Board {
+    Board::from_str_named(text, file).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn sa8155p() -> Board {
+    board(SA8155P, "board/sa8155p.toml")
+}
+
+fn manifest_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+// ------------------------------------------------------------------ boards & capacities
+
+#[test]
+fn board_files_load() {
+    for (f, name, machine) in [
+        ("sa8155p.toml", "sa8155p", "virt,gic-version=3"),
+        ("sm8150-upstream.toml", "sm8150-upstream", "virt,gic-version=3"),
+        ("symmetric.toml", "symmetric", "virt,gic-version=3"),
+    ] {
+        let b = Board::load(&manifest_dir().join(f)).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(b.name(), name);
+        assert_eq!(b.qemu_machine(), machine);
+        assert_eq!(b.qemu_cpu(), "cortex-a76");
+        assert_eq!(b.memory(), "2G");
+        assert_eq!(b.memory_bytes(), 2 << 30);
+        assert_eq!(b.smp(), 8);
+    }
+}
+
+#[test]
+fn sa8155p_capacities_match_linux_formula() {
+    let b = sa8155p();
+    assert_eq!(expected_capacities(&b), [306, 306, 306, 306, 871, 871, 871, 1024]);
+    // The same arithmetic spelled out as in topology_normalize_cpu_scale().
+    let scale: u64 = 1024 * 2_841_600;
+    assert_eq!(((488u64 * 1_785_600) << 10) / scale, 306);
+    assert_eq!(((1024u64 * 2_419_200) << 10) / scale, 871);
+    let c = &b.clusters()[0];
+    assert_eq!((c.name.as_str(), c.core.as_str(), c.max_khz), ("silver", "cortex-a55", 1_785_600));
+    assert_eq!(c.clock_hz(), 1_785_600_000);
+}
+
+#[test]
+fn expected_topology_per_board() {
+    let t = expected_topology(&sa8155p());
+    let got: Vec<_> = t.iter().map(|e| (e.cpu, e.capacity, e.cluster_id, e.cluster_cpus.as_str())).collect();
+    assert_eq!(
+        got,
+        [
+            (0, 306, 0, "0-3"),
+            (1, 306, 0, "0-3"),
+            (2, 306, 0, "0-3"),
+            (3, 306, 0, "0-3"),
+            (4, 871, 1, "4-6"),
+            (5, 871, 1, "4-6"),
+            (6, 871, 1, "4-6"),
+            (7, 1024, 2, "7"),
+        ]
+    );
+
+    let up = expected_topology(&board(UPSTREAM, "board/sm8150-upstream.toml"));
+    assert_eq!(up.iter().map(|e| e.capacity).collect::<Vec<_>>(), [306, 306, 306, 306, 871, 871, 871, 1024]);
+    assert!(up.iter().all(|e| e.cluster_id == 0 && e.cluster_cpus == "0-7"));
+
+    let sym = expected_topology(&board(SYMMETRIC, "board/symmetric.toml"));
+    assert!(sym.iter().all(|e| e.capacity == 1024 && e.cluster_id == 0 && e.cluster_cpus == "0-7"));
+}
+
+#[test]
+fn cpulist_roundtrip() {
+    assert_eq!(format_cpulist(&[0, 1, 2, 3]), "0-3");
+    assert_eq!(format_cpulist(&[7]), "7");
+    assert_eq!(format_cpulist(&[5, 0, 1, 7, 8]), "0-1,5,7-8");
+    assert_eq!(parse_cpulist("0-3,5\n"), Some(vec![0, 1, 2, 3, 5]));
+    assert_eq!(parse_cpulist("3-1"), None);
+    assert_eq!(parse_cpulist("x"), None);
+}
+
+#[test]
+fn memory_syntax() {
+    assert_eq!(parse_memory("2G"), Some(2 << 30));
+    assert_eq!(parse_memory("2048M"), Some(2 << 30));
+    assert_eq!(parse_memory("2048"), Some(2 << 30));
+    assert_eq!(parse_memory("512k"), Some(512 << 10));
+    for bad in ["", "G", "2X", "-1G", "1.5G", "two"] {
+        assert_eq!(parse_memory(bad), None, "{bad:?}");
+    }
+}
+
+#[test]
+fn dtb_key_is_filename_safe() {
+    assert_eq!(qemu_dtb_key(&sa8155p()), "virt,gic-version=3-cortex-a76-smp8-m2048");
+    let weird = SA8155P.replace("memory = \"2G\"", "memory = \"2048M\"");
+    assert_eq!(
+        qemu_dtb_key(&board(&weird, "x.toml")),
+        qemu_dtb_key(&sa8155p()),
+        "same memory in another spelling gives the same DTB"
+    );
+}
+
+// ------------------------------------------------------------------ validation errors
+
+/// Asserts the error names the file, the field and contains every `needles` text.
+fn assert_err(text: &str, field: &str, needles: &[&str]) -> BoardError {
+    let e = Board::from_str_named(text, "board/x.toml").expect_err("board should be rejected");
+    let msg = e.to_string();
+    assert!(msg.starts_with("board/x.toml: "), "{msg}");
+    assert_eq!(e.field, field, "{msg}");
+    assert!(msg.contains(&format!("{field}: ")), "{msg}");
+    assert!(!e.fix.is_empty() && msg.ends_with(&e.fix), "{msg}");
+    for n in needles {
+        assert!(msg.contains(n), "{msg:?} lacks {n:?}");
+    }
+    e
+}
+
+#[test]
+fn error_cpu_in_two_clusters() {
+    let t = SA8155P.replace("cpus = [4, 5, 6]", "cpus = [3, 4, 5, 6]");
+    assert_eq!(
+        assert_err(&t, "clusters[1].cpus", &[]).to_string(),
+        "board/x.toml: clusters[1].cpus: cpu 3 is in clusters \"silver\" and \"gold\"; \
+         list each CPU in exactly one cluster"
+    );
+}
+
+#[test]
+fn error_missing_cpu() {
+    let t = SA8155P.replace("cpus = [4, 5, 6]", "cpus = [4, 6]");
+    assert_err(&t, "clusters", &["cpu 5 is in no cluster", "7 CPUs listed, qemu.smp = 8", "exactly one cluster"]);
+}
+
+#[test]
+fn error_unknown_field_has_line_and_column() {
+    let t = SA8155P.replace(
+        "capacity_dmips_mhz = 1024\nmax_mhz = 2419.2",
+        "capacity_dmips_mhz = 1024\nmax_mhz = 2419.2\nturbo = true",
+    );
+    let line = t.lines().position(|l| l == "turbo = true").unwrap() + 1;
+    let e = assert_err(&t, "clusters[1].turbo", &["unknown field `turbo`", "remove the field or correct its spelling"]);
+    assert_eq!(e.location, format!("line {line}, column 1"));
+
+    let t = SA8155P.replace("[qemu]", "[qemu]\nkvm = true");
+    assert_err(&t, "qemu.kvm", &["unknown field `kvm`", "expected one of"]);
+}
+
+#[test]
+fn error_type_and_enum_values() {
+    let t = SA8155P.replace("capacity_dmips_mhz = 488", "capacity_dmips_mhz = \"488\"");
+    assert_err(&t, "clusters[0].capacity_dmips_mhz", &["invalid type", "line "]);
+    let t = SA8155P.replace("layout = \"per-cluster\"", "layout = \"flat\"");
+    assert_err(&t, "cpu_map.layout", &["unknown variant `flat`", "use one of the expected values"]);
+    let t = SA8155P.replace("smp = 8\n", "");
+    assert_err(&t, "qemu", &["missing field `smp`", "add the field"]);
+}
+
+#[test]
+fn error_dmips_zero_and_too_big() {
+    let t = SA8155P.replace("capacity_dmips_mhz = 488", "capacity_dmips_mhz = 0");
+    assert_err(&t, "clusters[0].capacity_dmips_mhz", &["0 is out of range", "1..=1024"]);
+    let t = SA8155P.replace("capacity_dmips_mhz = 488", "capacity_dmips_mhz = 2000");
+    assert_err(&t, "clusters[0].capacity_dmips_mhz", &["2000 is out of range"]);
+}
+
+#[test]
+fn error_smp_mismatch() {
+    // Fewer vCPUs than the clusters list.
+    let t = SA8155P.replace("smp = 8", "smp = 6");
+    assert_err(&t, "clusters[1].cpus", &["cpu 6 does not exist: qemu.smp = 6 means cpus 0-5", "raise qemu.smp"]);
+    // More vCPUs than the clusters list.
+    let t = SA8155P.replace("smp = 8", "smp = 12");
+    assert_err(&t, "clusters", &["cpu 8 is in no cluster", "qemu.smp = 12"]);
+    let t = SA8155P.replace("smp = 8", "smp = 0");
+    assert_err(&t, "qemu.smp", &["out of range"]);
+}
+
+#[test]
+fn error_clock_memory_and_clusters() {
+    let t = SA8155P.replace("max_mhz = 2841.6", "max_mhz = 0");
+    assert_err(&t, "clusters[2].max_mhz", &["0 MHz is out of range", "> 0"]);
+    let t = SA8155P.replace("max_mhz = 2841.6", "max_mhz = 12000");
+    assert_err(&t, "clusters[2].max_mhz", &["out of range"]);
+    let t = SA8155P.replace("max_mhz = 2841.6", "max_mhz = 5000");
+    assert_err(&t, "clusters[2].max_mhz", &["32-bit clock-frequency"]);
+    let t = SA8155P.replace("max_mhz = 2841.6", "max_mhz = 2841.6001");
+    assert_err(&t, "clusters[2].max_mhz", &["whole number of kHz"]);
+    let t = SA8155P.replace("memory = \"2G\"", "memory = \"lots\"");
+    assert_err(&t, "qemu.memory", &["\"lots\" is not a QEMU memory size", "\"2G\""]);
+    let t = SA8155P.replace("cpus = [7]", "cpus = []");
+    assert_err(&t, "clusters[2].cpus", &["cluster \"prime\" has no CPUs"]);
+    let t = SA8155P.replace("name = \"gold\"", "name = \"silver\"");
+    assert_err(&t, "clusters[1].name", &["also the name of clusters[0]", "unique"]);
+    let t = SA8155P.replace("machine = \"virt,gic-version=3\"", "machine = \"sbsa-ref\"");
+    assert_err(&t, "qemu.machine", &["not QEMU's virt machine"]);
+    let t = SA8155P.replace("l2 = { size_kib = 512, line_bytes = 64, ways = 8 }", "");
+    assert_err(&t, "clusters[2].l2", &["has no l2 but the board has a shared l3"]);
+    let t = SA8155P.replace(
+        "l2 = { size_kib = 512, line_bytes = 64, ways = 8 }",
+        "l2 = { size_kib = 512, line_bytes = 48, ways = 8 }",
+    );
+    assert_err(&t, "clusters[2].l2.line_bytes", &["power of two"]);
+}
+
+#[test]
+fn error_stated_expectations_disagree() {
+    let t = SA8155P.replace(
+        "cpu_capacity = [306, 306, 306, 306, 871, 871, 871, 1024]",
+        "cpu_capacity = [307, 306, 306, 306, 871, 871, 871, 1024]",
+    );
+    assert_err(&t, "expect.cpu_capacity[0]", &["states 307 for cpu 0 but the board data gives 306", "arch_topology.c"]);
+    let t = SA8155P.replace("cluster_id = [0, 0, 0, 0, 1, 1, 1, 2]", "cluster_id = [0, 0, 0, 0, 1, 1, 1, 1]");
+    assert_err(&t, "expect.cluster_id[7]", &["gives 2"]);
+    let t = SA8155P.replace("cluster_id = [0, 0, 0, 0, 1, 1, 1, 2]", "cluster_id = [0, 0, 0]");
+    assert_err(&t, "expect.cluster_id", &["3 values for qemu.smp = 8 CPUs"]);
+}
+
+#[test]
+fn error_unreadable_file() {
+    let e = Board::load(Path::new("/nonexistent/board.toml")).unwrap_err();
+    assert!(e.to_string().starts_with("/nonexistent/board.toml: cannot read"), "{e}");
+}
+
+// ------------------------------------------------------------------ compare
+
+#[test]
+fn compare_reports_mismatches() {
+    let b = sa8155p();
+    let mut obs: Vec<CpuObserved> = expected_topology(&b)
+        .into_iter()
+        .map(|e| CpuObserved {
+            cpu: e.cpu,
+            capacity: e.capacity,
+            cluster_id: e.cluster_id,
+            cluster_cpus: format!("{}\n", e.cluster_cpus),
+        })
+        .collect();
+    assert!(compare(&b, &obs).is_empty(), "{:?}", compare(&b, &obs));
+
+    obs[4].capacity = 1024;
+    obs[7].cluster_id = 0;
+    obs[0].cluster_cpus = "0-7".into();
+    obs.remove(5);
+    assert_eq!(
+        compare(&b, &obs),
+        [
+            "board: cpu0 cluster_cpus 0-3, guest: 0-7",
+            "board: cpu4 capacity 871, guest: 1024",
+            "board: cpu5 exists (smp 8), guest: not reported",
+            "board: cpu7 cluster_id 2, guest: 0",
+        ]
+    );
+}
+
+#[test]
+fn observed_from_guest_json() {
+    let json = r#"[{"cpu":0,"capacity":306,"cluster_id":0,"cluster_cpus":"0-3"},
+                   {"cpu":9,"capacity":1024,"cluster_id":-1,"cluster_cpus":"9"}]"#;
+    let obs: Vec<CpuObserved> = serde_json::from_str(json).unwrap();
+    assert_eq!(obs[1].cluster_id, -1);
+    let msgs = compare(&sa8155p(), &obs);
+    assert!(msgs.contains(&"board: no cpu9 (smp 8), guest: reported it".to_string()));
+    assert!(msgs.contains(&"board: cpu1 exists (smp 8), guest: not reported".to_string()));
+}
+
+// ------------------------------------------------------------------ DTB
+
+fn u32_prop(n: &FdtNode<'_>, name: &str) -> u32 {
+    n.property(name).unwrap_or_else(|| panic!("{} has no {name}", n.name())).value_as::<u32>().unwrap()
+}
+
+/// phandle -> node path, panicking on duplicates.
+fn phandle_map(fdt: &Fdt<'_>) -> BTreeMap<u32, String> {
+    fn walk(n: FdtNode<'_>, path: String, out: &mut BTreeMap<u32, String>) {
+        for p in n.properties() {
+            if p.name() == "phandle" || p.name() == "linux,phandle" {
+                let v = p.value_as::<u32>().unwrap();
+                if let Some(prev) = out.insert(v, path.clone()) {
+                    assert_eq!(prev, path, "phandle {v:#x} used by {prev} and {path}");
+                }
+            }
+        }
+        for c in n.children() {
+            let p = if path == "/" { format!("/{}", c.name()) } else { format!("{path}/{}", c.name()) };
+            walk(c, p, out);
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(fdt.root(), "/".into(), &mut out);
+    out
+}
+
+fn cpu_nodes<'a>(fdt: &Fdt<'a>) -> Vec<FdtNode<'a>> {
+    fdt.find_node("/cpus").unwrap().children().filter(|c| c.name().starts_with("cpu@")).collect()
+}
+
+#[test]
+fn fixture_is_qemu_virt_with_eight_cpus() {
+    let fdt = Fdt::new(FIXTURE).unwrap();
+    assert_eq!(cpu_nodes(&fdt).len(), 8);
+    // QEMU >= 8 gives cpu nodes phandles (its own cpu-map uses them).
+    assert!(cpu_nodes(&fdt).iter().all(|c| c.property("phandle").is_some()));
+}
+
+#[test]
+fn sa8155p_dtb() {
+    let b = sa8155p();
+    let out = generate_dtb(&b, FIXTURE).unwrap();
+    let fdt = Fdt::new(&out).unwrap();
+    let orig = Fdt::new(FIXTURE).unwrap();
+    let phandles = phandle_map(&fdt); // asserts uniqueness
+    let orig_max = *phandle_map(&orig).keys().max().unwrap();
+    let by_phandle = |ph: u32| fdt.find_node(&phandles[&ph]).unwrap();
+
+    // cpu nodes: QEMU's properties preserved, ours added.
+    let cpus = cpu_nodes(&fdt);
+    let orig_cpus = cpu_nodes(&orig);
+    assert_eq!(cpus.len(), 8);
+    let l3_ph = u32_prop(&fdt.find_node("/cpus/l3-cache").unwrap(), "phandle");
+    for (i, (c, o)) in cpus.iter().zip(&orig_cpus).enumerate() {
+        assert_eq!(c.name(), o.name());
+        for p in o.properties() {
+            assert_eq!(
+                c.property(p.name()).map(|x| x.value().to_vec()),
+                Some(p.value().to_vec()),
+                "cpu{i} {}",
+                p.name()
+            );
+        }
+        assert_eq!(u32_prop(c, "reg"), i as u32, "QEMU's MPIDR reg kept");
+        let (dmips, hz, l2) = match i {
+            0..=3 => (488, 1_785_600_000, 128 << 10),
+            4..=6 => (1024, 2_419_200_000, 256 << 10),
+            _ => (1024, 2_841_600_000, 512 << 10),
+        };
+        assert_eq!(u32_prop(c, "capacity-dmips-mhz"), dmips);
+        let clk = by_phandle(u32_prop(c, "clocks"));
+        assert_eq!(clk.property("compatible").unwrap().value_as::<&str>().unwrap(), "fixed-clock");
+        assert_eq!(u32_prop(&clk, "#clock-cells"), 0);
+        assert_eq!(u32_prop(&clk, "clock-frequency"), hz);
+        assert!(u32_prop(c, "clocks") > orig_max, "new phandles above QEMU's");
+        // Caches: L1 on the cpu node, L2 child, shared L3.
+        assert_eq!(u32_prop(c, "d-cache-size"), if i < 4 { 32 << 10 } else { 64 << 10 });
+        assert_eq!(u32_prop(c, "i-cache-sets"), if i < 4 { 128 } else { 256 });
+        let l2n = by_phandle(u32_prop(c, "next-level-cache"));
+        assert_eq!(phandles[&u32_prop(c, "next-level-cache")], format!("/cpus/{}/l2-cache", c.name()));
+        assert_eq!(u32_prop(&l2n, "cache-level"), 2);
+        assert_eq!(u32_prop(&l2n, "cache-size"), l2);
+        assert!(l2n.property("cache-unified").is_some());
+        assert_eq!(u32_prop(&l2n, "next-level-cache"), l3_ph);
+    }
+    let l3 = fdt.find_node("/cpus/l3-cache").unwrap();
+    assert_eq!(u32_prop(&l3, "cache-level"), 3);
+    assert_eq!(u32_prop(&l3, "cache-size"), 2 << 20);
+    assert_eq!(u32_prop(&l3, "cache-sets"), 2048);
+
+    // cpu-map: socket0 with clusters of 4/3/1, cores pointing at the right cpus.
+    let socket = fdt.find_node("/cpus/cpu-map/socket0").unwrap();
+    let clusters: Vec<_> = socket.children().collect();
+    assert_eq!(clusters.iter().map(|c| c.name()).collect::<Vec<_>>(), ["cluster0", "cluster1", "cluster2"]);
+    let mut next_cpu = 0;
+    for (cl, want) in clusters.iter().zip([4, 3, 1]) {
+        let cores: Vec<_> = cl.children().collect();
+        assert_eq!(cores.len(), want, "{}", cl.name());
+        for (m, core) in cores.iter().enumerate() {
+            assert_eq!(core.name(), format!("core{m}"));
+            let cpu = by_phandle(u32_prop(core, "cpu"));
+            assert_eq!(u32_prop(&cpu, "reg"), next_cpu);
+            next_cpu += 1;
+        }
+    }
+    assert_eq!(next_cpu, 8);
+
+    // Everything else is untouched: compare every other root child and /cpus's props.
+    let (new_tree, old_tree) = (DeviceTree::from_fdt(&fdt), DeviceTree::from_fdt(&orig));
+    for old in old_tree.root.children().filter(|c| c.name() != "cpus") {
+        let new = new_tree.root.child(old.name()).unwrap();
+        assert_eq!(new, old, "/{} changed", old.name());
+    }
+    for must in ["intc", "pl011", "psci", "timer", "apb-pclk", "memory", "chosen"] {
+        assert!(fdt.root().child(must).is_some(), "/{must} missing");
+    }
+    assert_eq!(old_tree.root.properties().collect::<Vec<_>>(), new_tree.root.properties().collect::<Vec<_>>());
+    let (nc, oc) = (fdt.find_node("/cpus").unwrap(), orig.find_node("/cpus").unwrap());
+    assert_eq!(
+        nc.properties().map(|p| (p.name().to_string(), p.value().to_vec())).collect::<Vec<_>>(),
+        oc.properties().map(|p| (p.name().to_string(), p.value().to_vec())).collect::<Vec<_>>()
+    );
+    let added: Vec<_> = new_tree
+        .root
+        .children()
+        .filter(|c| old_tree.root.child(c.name()).is_none())
+        .map(|c| c.name().to_string())
+        .collect();
+    assert_eq!(added, ["clk-cluster0", "clk-cluster1", "clk-cluster2"]);
+}
+
+#[test]
+fn upstream_dtb_has_one_flat_cluster() {
+    let b = board(UPSTREAM, "board/sm8150-upstream.toml");
+    let out = generate_dtb(&b, FIXTURE).unwrap();
+    let fdt = Fdt::new(&out).unwrap();
+    phandle_map(&fdt);
+    let map = fdt.find_node("/cpus/cpu-map").unwrap();
+    assert_eq!(map.children().map(|c| c.name()).collect::<Vec<_>>(), ["cluster0"]);
+    assert_eq!(map.child("cluster0").unwrap().children().count(), 8);
+    // Three frequency domains remain: capacities still differ.
+    let dmips: Vec<_> = cpu_nodes(&fdt).iter().map(|c| u32_prop(c, "capacity-dmips-mhz")).collect();
+    assert_eq!(dmips, [488, 488, 488, 488, 1024, 1024, 1024, 1024]);
+    let clocks: Vec<_> = cpu_nodes(&fdt).iter().map(|c| u32_prop(c, "clocks")).collect();
+    assert_eq!(clocks.iter().collect::<std::collections::BTreeSet<_>>().len(), 3);
+}
+
+#[test]
+fn symmetric_dtb() {
+    let b = board(SYMMETRIC, "board/symmetric.toml");
+    let fdt_bytes = generate_dtb(&b, FIXTURE).unwrap();
+    let fdt = Fdt::new(&fdt_bytes).unwrap();
+    let cl = fdt.find_node("/cpus/cpu-map/socket0").unwrap();
+    assert_eq!(cl.children().count(), 1);
+    assert_eq!(cl.child("cluster0").unwrap().children().count(), 8);
+    assert!(cpu_nodes(&fdt).iter().all(|c| u32_prop(c, "capacity-dmips-mhz") == 1024));
+}
+
+#[test]
+fn dtb_without_cpu_phandles_gets_fresh_ones() {
+    // Older QEMU: no phandles on cpu nodes and no cpu-map.
+    let mut tree = DeviceTree::from_fdt(&Fdt::new(FIXTURE).unwrap());
+    let cpus = tree.root.child_mut("cpus").unwrap();
+    cpus.remove_child("cpu-map");
+    for c in cpus.children_mut() {
+        c.remove_property("phandle");
+    }
+    let old = tree.to_dtb();
+    let old_max = *phandle_map(&Fdt::new(&old).unwrap()).keys().max().unwrap();
+    let out = generate_dtb(&sa8155p(), &old).unwrap();
+    let fdt = Fdt::new(&out).unwrap();
+    let phandles = phandle_map(&fdt);
+    for c in cpu_nodes(&fdt) {
+        assert!(u32_prop(&c, "phandle") > old_max);
+    }
+    let core = fdt.find_node("/cpus/cpu-map/socket0/cluster2/core0").unwrap();
+    assert_eq!(phandles[&u32_prop(&core, "cpu")], "/cpus/cpu@7");
+}
+
+#[test]
+fn dtb_smp_mismatch_is_an_error() {
+    // A consistent 4-CPU board (no [expect] section) against the 8-CPU fixture.
+    let t = SA8155P[..SA8155P.find("[expect]").unwrap()]
+        .replace("smp = 8", "smp = 4")
+        .replace("cpus = [0, 1, 2, 3]", "cpus = [0, 1]")
+        .replace("cpus = [4, 5, 6]", "cpus = [2]")
+        .replace("cpus = [7]", "cpus = [3]");
+    let b = board(&t, "board/four.toml");
+    let e = generate_dtb(&b, FIXTURE).unwrap_err().to_string();
+    assert!(e.contains("8 cpu nodes but board board/four.toml has smp 4"), "{e}");
+    assert!(generate_dtb(&b, b"not a dtb").is_err());
+}
+
+// ------------------------------------------------------------------ real QEMU (skipped if absent)
+
+const QEMU: &str = "/usr/bin/qemu-system-aarch64";
+
+/// QEMU's current dump equals the committed fixture except /chosen's random seeds.
+#[test]
+fn dump_matches_fixture_when_qemu_present() {
+    if !Path::new(QEMU).exists() {
+        eprintln!("skipped: no {QEMU}");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("a,b.dtb"); // a comma exercises QEMU's ',,' escaping
+    dump_qemu_dtb(Path::new(QEMU), &sa8155p(), &out).unwrap();
+    let dumped = std::fs::read(&out).unwrap();
+    let mut a = DeviceTree::from_fdt(&Fdt::new(&dumped).unwrap());
+    let mut b = DeviceTree::from_fdt(&Fdt::new(FIXTURE).unwrap());
+    for t in [&mut a, &mut b] {
+        let chosen = t.root.child_mut("chosen").unwrap();
+        chosen.remove_property("rng-seed");
+        chosen.remove_property("kaslr-seed");
+    }
+    assert_eq!(a, b, "QEMU's virt DTB changed: re-record the fixture");
+}
+
+/// QEMU accepts the generated DTB: with a missing kernel, the kernel is all it complains about.
+#[test]
+fn qemu_accepts_generated_dtb() {
+    if !Path::new(QEMU).exists() {
+        eprintln!("skipped: no {QEMU}");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let dtb = dir.path().join("sa8155p.dtb");
+    std::fs::write(&dtb, generate_dtb(&sa8155p(), FIXTURE).unwrap()).unwrap();
+    let out = std::process::Command::new(QEMU)
+        .args(["-M", "virt,gic-version=3", "-cpu", "cortex-a76", "-smp", "8", "-m", "2G"])
+        .args(["-nographic", "-nic", "none", "-dtb"])
+        .arg(&dtb)
+        .args(["-kernel", "/nonexistent/Image"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("/nonexistent/Image"), "{err}");
+    assert!(!err.to_lowercase().contains("dtb"), "{err}");
+}

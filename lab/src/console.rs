@@ -1,0 +1,168 @@
+//! Reading the guest console: kernel splats (lockdep, KASAN, WARN, BUG, Oops, panics, Rust
+//! panics, hung tasks) and the panic text.
+
+/// One kernel complaint found on the console.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct Splat {
+    pub kind: &'static str,
+    /// Console line number (0-based) where it starts.
+    pub line: usize,
+    /// The first line and what followed, up to the end of the report.
+    pub text: String,
+}
+
+/// (needle, kind). Checked against the text after the `[ time]` prefix.
+const PATTERNS: &[(&str, &str)] = &[
+    ("Kernel panic - not syncing", "panic"),
+    ("BUG: KASAN:", "kasan"),
+    ("WARNING: possible circular locking dependency", "lockdep"),
+    ("WARNING: possible recursive locking", "lockdep"),
+    ("WARNING: inconsistent lock state", "lockdep"),
+    ("WARNING: suspicious RCU usage", "lockdep"),
+    ("WARNING: bad unlock balance", "lockdep"),
+    ("WARNING: lock held when returning to user space", "lockdep"),
+    ("BUG: sleeping function called from invalid context", "atomic-sleep"),
+    ("BUG: scheduling while atomic", "atomic-sleep"),
+    ("INFO: task ", "hung-task"),
+    ("BUG: soft lockup", "soft-lockup"),
+    ("rcu: INFO: rcu_preempt detected stalls", "rcu-stall"),
+    ("BUG:", "bug"),
+    ("WARNING:", "warning"),
+    ("Internal error: Oops", "oops"),
+    ("Oops", "oops"),
+    ("panicked at", "rust-panic"),
+    ("UBSAN:", "ubsan"),
+    ("kernel BUG at", "bug"),
+];
+
+/// Strips the printk timestamp, `[    1.234567] `.
+fn body(line: &str) -> &str {
+    let t = line.trim_start();
+    if t.starts_with('[') {
+        if let Some(end) = t.find(']') {
+            return t[end + 1..].trim_start();
+        }
+    }
+    t
+}
+
+fn classify(line: &str) -> Option<&'static str> {
+    let b = body(line);
+    // The trailer of a report repeats its first line.
+    if b.starts_with("---[ end") {
+        return None;
+    }
+    // "INFO: task x:1 blocked for more than 30 seconds." is the hung-task report; other
+    // INFO: lines are not splats.
+    PATTERNS
+        .iter()
+        .find(|(needle, kind)| {
+            if *kind == "hung-task" {
+                b.starts_with(needle) && b.contains("blocked for more than")
+            } else {
+                b.contains(needle)
+            }
+        })
+        .map(|(_, k)| *k)
+}
+
+/// Finds every splat; each report's text runs until a line that starts a new report,
+/// the `---[ end trace` marker, or 40 lines.
+pub fn scan(lines: &[String]) -> Vec<Splat> {
+    let mut out: Vec<Splat> = vec![];
+    let mut i = 0;
+    while i < lines.len() {
+        let Some(kind) = classify(&lines[i]) else {
+            i += 1;
+            continue;
+        };
+        let mut text = vec![lines[i].clone()];
+        let mut j = i + 1;
+        while j < lines.len() && j < i + 40 && classify(&lines[j]).is_none() {
+            text.push(lines[j].clone());
+            if lines[j].contains("---[ end") {
+                j += 1;
+                break;
+            }
+            j += 1;
+        }
+        out.push(Splat { kind, line: i, text: text.join("\n") });
+        i = j;
+    }
+    out
+}
+
+/// The panic's message and the lines around it, for the report.
+pub fn panic_text(lines: &[String]) -> Option<String> {
+    let at = lines.iter().position(|l| body(l).starts_with("Kernel panic - not syncing"))?;
+    // Start at the beginning of the report that led to the panic (e.g. "sysrq: Trigger a crash").
+    let start = (0..at)
+        .rev()
+        .take(60)
+        .find(|&k| classify(&lines[k]).is_some() || body(&lines[k]).starts_with("sysrq:"))
+        .unwrap_or(at);
+    let end = (at + 1 + 30).min(lines.len());
+    Some(lines[start..end].join("\n"))
+}
+
+/// The last `n` lines.
+pub fn tail(lines: &[String], n: usize) -> String {
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lines(s: &str) -> Vec<String> {
+        s.lines().map(str::to_string).collect()
+    }
+
+    const SYSRQ_PANIC: &str = "\
+[    1.000000] Run /init as init process
+[    2.100000] sysrq: Trigger a crash
+[    2.100100] Kernel panic - not syncing: sysrq triggered crash
+[    2.100200] CPU: 3 UID: 0 PID: 80 Comm: sh Not tainted 7.2.12-binderlab #1
+[    2.100300] Call trace:
+[    2.100400]  show_stack+0x18/0x24
+[    2.100500] ---[ end Kernel panic - not syncing: sysrq triggered crash ]---
+";
+
+    #[test]
+    fn finds_sysrq_panic_with_text() {
+        let l = lines(SYSRQ_PANIC);
+        let s = scan(&l);
+        assert_eq!(s.len(), 1);
+        assert_eq!(s[0].kind, "panic");
+        let t = panic_text(&l).unwrap();
+        assert!(t.starts_with("[    2.100000] sysrq: Trigger a crash"), "{t}");
+        assert!(t.contains("Call trace"));
+    }
+
+    #[test]
+    fn classifies_debug_splats() {
+        let l = lines(
+            "[ 1.0] ok\n\
+             [ 2.0] ======================================================\n\
+             [ 2.0] WARNING: possible circular locking dependency detected\n\
+             [ 2.1] 7.2.12 #1 Not tainted\n\
+             [ 3.0] BUG: KASAN: slab-use-after-free in foo+0x1/0x2\n\
+             [ 3.1] Read of size 8\n\
+             [ 4.0] rust_kernel: panicked at drivers/android/binder/thread.rs:10:5:\n\
+             [ 5.0] INFO: task binder:12 blocked for more than 30 seconds.\n\
+             [ 5.1] INFO: lockdep is turned off.\n\
+             [ 6.0] ------------[ cut here ]------------\n\
+             [ 6.0] WARNING: CPU: 1 PID: 5 at mm/x.c:1 f+0x0/0x1\n",
+        );
+        let kinds: Vec<&str> = scan(&l).iter().map(|s| s.kind).collect();
+        assert_eq!(kinds, ["lockdep", "kasan", "rust-panic", "hung-task", "warning"]);
+    }
+
+    #[test]
+    fn clean_boot_has_no_splats() {
+        let l = lines("[ 0.0] Booting Linux\n[ 0.1] INFO: some info\n[ 0.2] rcu: Hierarchical RCU implementation.\n");
+        assert!(scan(&l).is_empty());
+        assert!(panic_text(&l).is_none());
+        assert_eq!(tail(&l, 2), "[ 0.1] INFO: some info\n[ 0.2] rcu: Hierarchical RCU implementation.");
+    }
+}

@@ -1,0 +1,15 @@
+//! binder-lab host library: setup, kernel builds, the QEMU harness. The `lab` binary is its
+//! CLI, and the end-to-end tests in tests/ drive it directly.
+
+pub mod apt;
+pub mod console;
+pub mod kconfig;
+pub mod kernel;
+pub mod lock;
+pub mod paths;
+pub mod qemu;
+pub mod run;
+pub mod setup;
+pub mod testall;
+pub mod tree;
+pub mod util;

@@ -1,0 +1,148 @@
+//! `lab`: the binder-lab host CLI. cargo-make tasks are thin wrappers around these commands.
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+use lab::{kernel, lock, paths, qemu, run, setup, tree};
+
+#[derive(Parser)]
+#[command(name = "lab", about = "Build, boot and measure the Rust binder driver on an emulated SA8155P")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Install and check everything the builds need (idempotent).
+    Setup,
+    /// Build (or reuse) the kernel of a flavor.
+    Kernel {
+        /// perf (benchmarks), debug (lockdep, KASAN, KUnit), ...: kernel-config/<flavor>.config.
+        #[arg(long, env = "LAB_FLAVOR", default_value = "perf")]
+        flavor: String,
+    },
+    /// Re-pin kernel-config/kernel.lock to the newest linux-source-7.2 served.
+    KernelLock,
+    /// Print the prepared kernel tree's path (edit and commit there).
+    DriverTree,
+    /// Regenerate rust-driver/*.patch and series from the tree's commits.
+    DriverExport,
+    /// Discard the tree's work and re-apply rust-driver/ from scratch.
+    DriverReset,
+    /// Boot a board, run a plan, print the summary; non-zero exit on any failure.
+    Run(RunArgs),
+    /// Boot a board with an interactive shell on the console.
+    Shell(RunArgs),
+    /// Everything `cargo make test` runs: unit tests, kernels, end-to-end tests.
+    Test,
+}
+
+#[derive(clap::Args)]
+struct RunArgs {
+    /// Board name in board/ (sa8155p, sm8150-upstream, symmetric) or a path.
+    #[arg(long, env = "LAB_BOARD", default_value = "sa8155p")]
+    board: String,
+    /// Plan name in rootfs/plans/ or a path to a plan file.
+    #[arg(long, env = "LAB_PLAN", default_value = "default")]
+    plan: String,
+    /// Kernel flavor (kernel-config/<flavor>.config).
+    #[arg(long, env = "LAB_FLAVOR", default_value = "perf")]
+    flavor: String,
+    /// TCG mode.
+    #[arg(long, value_enum, env = "LAB_TCG", default_value = "multi")]
+    tcg: qemu::Tcg,
+    /// Directory whose files are added to the initramfs (e.g. bin/my-client).
+    #[arg(long, env = "LAB_OVERLAY")]
+    overlay: Option<std::path::PathBuf>,
+    /// Seconds to wait for the guest init's first message.
+    #[arg(long, default_value_t = 60)]
+    boot_timeout: u64,
+    /// Pin vCPU threads to host CPUs.
+    #[arg(long)]
+    pin: bool,
+    /// Show the guest console live.
+    #[arg(long, short)]
+    verbose: bool,
+    /// Extra kernel command-line arguments.
+    #[arg(long)]
+    append: Vec<String>,
+}
+
+impl RunArgs {
+    fn opts(&self) -> run::RunOpts {
+        run::RunOpts {
+            board: self.board.clone(),
+            plan: self.plan.clone(),
+            flavor: self.flavor.clone(),
+            tcg: self.tcg,
+            overlay: self.overlay.clone(),
+            boot_timeout: std::time::Duration::from_secs(self.boot_timeout),
+            echo: self.verbose,
+            pin: self.pin,
+            append: self.append.clone(),
+            ..Default::default()
+        }
+    }
+}
+
+fn main() {
+    let cli = Cli::parse();
+    if let Err(e) = run(cli.cmd) {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run(cmd: Cmd) -> Result<()> {
+    let cache = paths::cache();
+    match cmd {
+        Cmd::Setup => setup::run(),
+        Cmd::Kernel { flavor } => {
+            let b = kernel::build(&flavor)?;
+            println!("{}", b.image().display());
+            Ok(())
+        }
+        Cmd::KernelLock => setup::kernel_lock(&cache),
+        Cmd::DriverTree => {
+            println!("{}", prepared_tree(&cache)?.display());
+            Ok(())
+        }
+        Cmd::DriverExport => {
+            let names = tree::export(&prepared_tree(&cache)?, &paths::driver_dir())?;
+            println!("exported {} patch(es) to rust-driver/", names.len());
+            for n in names {
+                println!("  {n}");
+            }
+            Ok(())
+        }
+        Cmd::Run(args) => {
+            let o = run::run(&args.opts())?;
+            print!("{}", run::summary(&o));
+            if !o.ok() {
+                std::process::exit(1);
+            }
+            Ok(())
+        }
+        Cmd::Shell(mut args) => {
+            if args.plan == "default" {
+                args.plan = "shell".into();
+            }
+            run::shell(&args.opts())
+        }
+        Cmd::Test => lab::testall::run(),
+        Cmd::DriverReset => {
+            let t = prepared_tree(&cache)?;
+            tree::reset(&t, &tree::Series::load(&paths::driver_dir())?)?;
+            println!("{} now carries exactly rust-driver/series", t.display());
+            Ok(())
+        }
+    }
+}
+
+/// The unpacked, series-synced kernel tree (unpacking it on first use).
+fn prepared_tree(cache: &std::path::Path) -> Result<std::path::PathBuf> {
+    let lock = lock::Lock::load(&lock::Lock::path())?;
+    let deb = setup::ensure_kernel_deb(cache, &lock)?;
+    let t = tree::ensure_unpacked(cache, &lock, &deb)?;
+    Ok(t)
+}

@@ -1,0 +1,349 @@
+//! `lab setup`: provision everything a kernel and guest build needs, idempotently.
+//! Each step detects what is already there first, so a warm machine does no work.
+
+use crate::apt::{self, PrivateApt};
+use crate::lock::Lock;
+use crate::paths;
+use crate::util::{have_tool, output, sha256_file};
+use anyhow::{bail, Context, Result};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The LLVM suffix passed as `LLVM=-19`.
+pub const LLVM_SUFFIX: &str = "-19";
+pub const BINDGEN_VERSION: &str = "0.72.1";
+/// Oldest QEMU whose cortex-a76/a55 models and QMP schema the harness relies on.
+pub const QEMU_MIN: &str = "1:9.0";
+
+/// System packages: (package, why). qemu-system-arm is checked separately for its version.
+pub const HOST_PACKAGES: &[(&str, &str)] = &[
+    ("clang-19", "kernel C compiler (LLVM=-19)"),
+    ("lld-19", "kernel linker"),
+    ("llvm-19", "llvm-ar/nm/objcopy for LLVM=-19"),
+    ("libclang-19-dev", "libclang for bindgen"),
+    ("bc", "kernel build"),
+    ("bison", "kconfig"),
+    ("flex", "kconfig"),
+    ("libelf-dev", "objtool/resolve_btfids"),
+    ("libssl-dev", "kernel host tools"),
+    ("device-tree-compiler", "dtc for inspecting board DTBs"),
+    ("cpio", "inspecting initramfs images"),
+    ("xz-utils", "unpacking linux-source"),
+    ("git", "the patched kernel tree"),
+    ("make", "kbuild"),
+    ("python3", "kernel scripts"),
+    ("gcc-aarch64-linux-gnu", "linker for the static aarch64 guest binaries"),
+    ("libc6-dev-arm64-cross", "static glibc for the guest binaries"),
+];
+
+/// Everything the kernel build needs from setup, with paths resolved.
+#[derive(Clone, Debug)]
+pub struct Toolchain {
+    pub cache: PathBuf,
+    pub bindgen_bin_dir: PathBuf,
+    pub rust_lib_src: PathBuf,
+    pub rustc_version: String,
+}
+
+impl Toolchain {
+    /// Resolves the toolchain without installing anything; None if a piece is missing.
+    pub fn probe(cache: &Path) -> Option<Toolchain> {
+        let rustc_version = rustc_version().ok()?;
+        let rust_lib_src = rust_src_library(cache, &rustc_version)?;
+        let bindgen_bin_dir = bindgen_root(cache).join("bin");
+        bindgen_bin_dir.join("bindgen").is_file().then_some(())?;
+        Some(Toolchain { cache: cache.to_path_buf(), bindgen_bin_dir, rust_lib_src, rustc_version })
+    }
+
+    /// A `make` for the kernel tree `src` building into `out`, with the toolchain's env.
+    pub fn make(&self, src: &Path, out: &Path) -> Command {
+        let mut c = Command::new("make");
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        let mut dirs = vec![self.bindgen_bin_dir.clone()];
+        dirs.extend(std::env::split_paths(&path));
+        c.current_dir(src)
+            .env("PATH", std::env::join_paths(dirs).expect("PATH joins"))
+            .env("RUST_LIB_SRC", &self.rust_lib_src)
+            .arg("ARCH=arm64")
+            .arg(format!("LLVM={LLVM_SUFFIX}"))
+            .arg(format!("O={}", out.display()));
+        c
+    }
+
+    /// Versions that go into the kernel cache key.
+    pub fn fingerprint(&self) -> Result<String> {
+        let clang = output(Command::new(format!("clang{LLVM_SUFFIX}")).arg("--version"))?;
+        let bindgen = output(Command::new(self.bindgen_bin_dir.join("bindgen")).arg("--version"))?;
+        Ok(format!(
+            "rustc {}\n{}\n{}\nrust-src {}\n",
+            self.rustc_version,
+            clang.lines().next().unwrap_or_default(),
+            bindgen.trim(),
+            self.rust_lib_src.display()
+        ))
+    }
+}
+
+pub fn rustc_version() -> Result<String> {
+    let v = output(Command::new("rustc").arg("--version")).context("rustc not found; install Rust with rustup")?;
+    // "rustc 1.95.0 (59807616e 2026-04-14)"
+    v.split_whitespace().nth(1).map(str::to_string).context("unexpected `rustc --version` output")
+}
+
+fn major_minor(v: &str) -> String {
+    v.split('.').take(2).collect::<Vec<_>>().join(".")
+}
+
+fn bindgen_root(cache: &Path) -> PathBuf {
+    cache.join("tools").join(format!("bindgen-cli-{BINDGEN_VERSION}"))
+}
+
+fn rust_src_dir(cache: &Path, rustc: &str) -> PathBuf {
+    cache.join("rust-src").join(major_minor(rustc))
+}
+
+/// `library/` of an unpacked rust-src matching rustc's major.minor, if complete.
+fn rust_src_library(cache: &Path, rustc: &str) -> Option<PathBuf> {
+    let dir = rust_src_dir(cache, rustc);
+    dir.join(".complete").is_file().then_some(())?;
+    let src = std::fs::read_dir(dir.join("usr/src"))
+        .ok()?
+        .flatten()
+        .find(|e| e.file_name().to_string_lossy().starts_with("rustc-"))?;
+    Some(src.path().join("library"))
+}
+
+/// Host packages that are missing, plus whether qemu needs the backports.
+fn missing_packages() -> (Vec<String>, bool) {
+    let mut missing: Vec<String> =
+        HOST_PACKAGES.iter().filter(|(p, _)| apt::installed_version(p).is_none()).map(|(p, _)| p.to_string()).collect();
+    let qemu_ok = apt::installed_version("qemu-system-arm").is_some_and(|v| apt::version_ge(&v, QEMU_MIN));
+    if !qemu_ok {
+        missing.push("qemu-system-arm".into());
+    }
+    (missing, !qemu_ok)
+}
+
+fn ensure_host_packages(cache: &Path) -> Result<()> {
+    let (missing, qemu) = missing_packages();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    eprintln!("lab: installing system packages: {}", missing.join(" "));
+    let codename = apt::host_codename();
+    // bookworm ships QEMU 7.2: take qemu (alone) from the host release's own backports.
+    let qemu_from_backports = qemu && codename.as_deref() == Some("bookworm");
+    let (plain, bpo): (Vec<String>, Vec<String>) =
+        missing.into_iter().partition(|p| !(qemu_from_backports && p == "qemu-system-arm"));
+    apt::host_install(&plain, None, cache)?;
+    apt::host_install(&bpo, codename.as_deref(), cache)?;
+    let (still, _) = missing_packages();
+    if !still.is_empty() {
+        bail!("still missing after apt-get install: {}", still.join(" "));
+    }
+    Ok(())
+}
+
+/// Path of the pinned kernel .deb in the cache, downloaded and verified.
+pub fn ensure_kernel_deb(cache: &Path, lock: &Lock) -> Result<PathBuf> {
+    let k = &lock.kernel;
+    let dest = cache.join("downloads");
+    let path = dest.join(format!("{}_{}_all.deb", k.package, k.version.replace(':', "%3a")));
+    if path.is_file() && sha256_file(&path)? == k.sha256 {
+        return Ok(path);
+    }
+    let apt = PrivateApt::new(cache);
+    apt.update()?;
+    let served = apt.versions(&k.package)?;
+    if !served.iter().any(|v| v.version == k.version) {
+        let newest = served.first().map(|v| v.version.as_str()).unwrap_or("none");
+        bail!(
+            "the pinned {} {} is no longer served (newest served: {newest}).\nRe-pin with `cargo make kernel-lock`, which records the newest 7.2.x and its SHA-256 in kernel-config/kernel.lock.",
+            k.package,
+            k.version
+        );
+    }
+    eprintln!("lab: downloading {} {} (~165 MB)", k.package, k.version);
+    let got = apt.download(&format!("{}={}", k.package, k.version), &dest)?;
+    let sum = sha256_file(&got)?;
+    if sum != k.sha256 {
+        let _ = std::fs::remove_file(&got);
+        bail!(
+            "{} has SHA-256 {sum}, but kernel-config/kernel.lock pins {}.\nThe download was deleted. If the archive really changed, re-pin with `cargo make kernel-lock`.",
+            got.display(),
+            k.sha256
+        );
+    }
+    if got != path {
+        std::fs::rename(&got, &path)?;
+    }
+    Ok(path)
+}
+
+/// `lab kernel-lock`: pin the newest 7.2.x served.
+pub fn kernel_lock(cache: &Path) -> Result<()> {
+    let path = Lock::path();
+    let mut lock = Lock::load(&path)?;
+    let apt = PrivateApt::new(cache);
+    apt.update()?;
+    let newest = apt.versions(&lock.kernel.package)?.into_iter().next().with_context(|| {
+        format!("no {} is served by trixie-backports or sid any more; pick a new kernel series", lock.kernel.package)
+    })?;
+    if newest.version == lock.kernel.version {
+        println!("kernel.lock already pins the newest {}: {}", lock.kernel.package, newest.version);
+        return Ok(());
+    }
+    let old = lock.kernel.version.clone();
+    lock.kernel.version = newest.version.clone();
+    lock.kernel.sha256 = newest.sha256;
+    lock.kernel.suite = if newest.version.contains("~bpo") { "trixie-backports".into() } else { "sid".into() };
+    crate::util::write_atomic(&path, lock.render().as_bytes())?;
+    println!("kernel.lock: {} {old} -> {}", lock.kernel.package, newest.version);
+    ensure_kernel_deb(cache, &lock)?;
+    Ok(())
+}
+
+/// rust-src matching the host rustc, unpacked (not installed) into the cache, and linked
+/// into the rustc sysroot when it has none, so `-Zbuild-std` finds it for the guest.
+fn ensure_rust_src(cache: &Path) -> Result<PathBuf> {
+    let rustc = rustc_version()?;
+    let lib = match rust_src_library(cache, &rustc) {
+        Some(lib) => lib,
+        None => {
+            let apt = PrivateApt::new(cache);
+            apt.update()?;
+            let want = format!("{}.", major_minor(&rustc));
+            let versions = apt.versions("rust-src")?;
+            let Some(v) = versions.iter().find(|v| v.version.starts_with(&want)) else {
+                let have: Vec<&str> = versions.iter().map(|v| v.version.as_str()).collect();
+                bail!(
+                    "no Debian rust-src {want}x for your rustc {rustc} (served: {}).\nUse a rustc whose version Debian serves (e.g. `rustup default 1.95`).",
+                    have.join(", ")
+                );
+            };
+            let deb = apt.download(&format!("rust-src={}", v.version), &cache.join("downloads"))?;
+            let dir = rust_src_dir(cache, &rustc);
+            let tmp = dir.with_extension("tmp");
+            let _ = std::fs::remove_dir_all(&tmp);
+            std::fs::create_dir_all(&tmp)?;
+            let st = Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&tmp).status()?;
+            if !st.success() {
+                bail!("dpkg-deb -x {} failed", deb.display());
+            }
+            std::fs::write(tmp.join(".complete"), &v.version)?;
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::rename(&tmp, &dir)?;
+            rust_src_library(cache, &rustc).context("rust-src unpacked without usr/src/rustc-*/library")?
+        }
+    };
+    let sysroot = output(Command::new("rustc").args(["--print", "sysroot"]))?;
+    let link = Path::new(sysroot.trim()).join("lib/rustlib/src/rust");
+    if !link.join("library/Cargo.lock").exists() {
+        let _ = std::fs::remove_file(&link);
+        std::fs::create_dir_all(link.parent().unwrap())?;
+        std::os::unix::fs::symlink(lib.parent().unwrap(), &link)
+            .with_context(|| format!("linking rust-src into the rustc sysroot at {}", link.display()))?;
+        eprintln!("lab: linked rust-src into {} (same as `rustup component add rust-src`)", link.display());
+    }
+    Ok(lib)
+}
+
+fn ensure_bindgen(cache: &Path) -> Result<()> {
+    let root = bindgen_root(cache);
+    if root.join("bin/bindgen").is_file() {
+        return Ok(());
+    }
+    eprintln!("lab: installing bindgen-cli {BINDGEN_VERSION} into {} (a few minutes)", root.display());
+    let st = Command::new("cargo")
+        .args(["install", "--locked", "bindgen-cli", "--version", BINDGEN_VERSION, "--root"])
+        .arg(&root)
+        .status()?;
+    if !st.success() {
+        bail!("cargo install bindgen-cli {BINDGEN_VERSION} failed ({st})");
+    }
+    Ok(())
+}
+
+/// Full setup. Returns the resolved toolchain.
+pub fn ensure(cache: &Path) -> Result<Toolchain> {
+    ensure_host_packages(cache)?;
+    if !have_tool("cargo") {
+        bail!("cargo not found: install Rust with rustup");
+    }
+    let lock = Lock::load(&Lock::path())?;
+    let deb = ensure_kernel_deb(cache, &lock)?;
+    ensure_rust_src(cache)?;
+    ensure_bindgen(cache)?;
+    busybox(cache)?;
+    let tc = Toolchain::probe(cache).context("toolchain incomplete after setup")?;
+    let tree = crate::tree::ensure_unpacked(cache, &lock, &deb)?;
+    rust_available(&tc, &tree)?;
+    Ok(tc)
+}
+
+/// Fast path for build commands: probe, and run the full setup only when something is missing.
+pub fn toolchain(cache: &Path) -> Result<Toolchain> {
+    let (missing, _) = missing_packages();
+    match Toolchain::probe(cache) {
+        Some(tc) if missing.is_empty() => Ok(tc),
+        _ => ensure(cache),
+    }
+}
+
+/// `make rustavailable`, run once per toolchain fingerprint.
+fn rust_available(tc: &Toolchain, tree: &Path) -> Result<()> {
+    let stamp = tc.cache.join("kernel/build/rustavailable.ok");
+    let fp = tc.fingerprint()?;
+    if std::fs::read_to_string(&stamp).ok().as_deref() == Some(fp.as_str()) {
+        return Ok(());
+    }
+    let out = tc.cache.join("kernel/build/rustavailable");
+    std::fs::create_dir_all(&out)?;
+    let res = tc.make(tree, &out).arg("rustavailable").output()?;
+    if !res.status.success() {
+        bail!(
+            "`make rustavailable` failed: the kernel rejects a Rust tool:\n{}{}\nrustc {}, bindgen {}, RUST_LIB_SRC {}",
+            String::from_utf8_lossy(&res.stdout),
+            String::from_utf8_lossy(&res.stderr),
+            tc.rustc_version,
+            tc.bindgen_bin_dir.display(),
+            tc.rust_lib_src.display()
+        );
+    }
+    eprintln!("lab: make rustavailable: Rust is available (rustc {})", tc.rustc_version);
+    crate::util::write_atomic(&stamp, fp.as_bytes())
+}
+
+/// `lab setup`: everything, then a summary.
+pub fn run() -> Result<()> {
+    let cache = paths::cache();
+    let tc = ensure(&cache)?;
+    println!("setup complete; cache: {}", cache.display());
+    print!("{}", tc.fingerprint()?);
+    Ok(())
+}
+
+/// The guest's static arm64 busybox (Debian's busybox-static), downloaded once through the
+/// private apt and unpacked into the cache.
+pub fn busybox(cache: &Path) -> Result<PathBuf> {
+    let downloads = cache.join("downloads");
+    let deb = match rootfs::busybox_deb_path(&downloads) {
+        Ok(d) => d,
+        Err(_) => {
+            let apt = PrivateApt::new(cache);
+            apt.update()?;
+            apt.download("busybox-static:arm64", &downloads)?
+        }
+    };
+    let out = cache.join("busybox").join(&sha256_file(&deb)?[..16]);
+    if let Some(bin) = ["bin/busybox", "usr/bin/busybox"].iter().map(|r| out.join(r)).find(|p| p.is_file()) {
+        return Ok(bin);
+    }
+    let tmp = out.with_extension("tmp");
+    let _ = std::fs::remove_dir_all(&tmp);
+    let bin = rootfs::extract_busybox(&deb, &tmp)?;
+    let rel = bin.strip_prefix(&tmp)?.to_path_buf();
+    let _ = std::fs::remove_dir_all(&out);
+    std::fs::rename(&tmp, &out)?;
+    Ok(out.join(rel))
+}

@@ -1,0 +1,143 @@
+//! Wire format between the host harness and the guest init.
+//!
+//! The host writes a [`Plan`] into the initramfs at [`PLAN_PATH`]. The guest init runs
+//! its steps and streams [`Event`]s as JSON lines over the virtio-serial port named
+//! [`RESULT_PORT`]; the console stays free for human-readable logs.
+//!
+//! A step program reports its own results by printing [`Event::Result`] objects, one per
+//! line, on stdout. The init forwards them (filling in the step name); other lines go to
+//! the console.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Where the plan lives inside the initramfs.
+pub const PLAN_PATH: &str = "/etc/lab/plan.json";
+/// Name of the virtio-serial port that carries results (`/sys/class/virtio-ports/*/name`).
+pub const RESULT_PORT: &str = "lab.results";
+/// Kernel command-line key that overrides the plan path (`lab.plan=/path`).
+pub const CMDLINE_PLAN_KEY: &str = "lab.plan";
+
+/// An ordered list of programs to run in the guest.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Plan {
+    pub name: String,
+    pub steps: Vec<Step>,
+    /// Drop to an interactive shell (`/bin/sh` on the console) after the steps.
+    #[serde(default)]
+    pub shell: bool,
+}
+
+/// One program run by the init, with a timeout.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Step {
+    pub name: String,
+    /// argv[0] is an absolute path inside the guest, or a name looked up in /bin.
+    pub argv: Vec<String>,
+    pub timeout_s: u64,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+}
+
+/// Outcome of a single test case.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Pass,
+    Fail,
+    Skip,
+}
+
+/// One JSON line on the result port.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Event {
+    /// First message of the init: the guest is up. `uptime_s` is from /proc/uptime.
+    Hello {
+        kernel: String,
+        uptime_s: f64,
+        cmdline: String,
+    },
+    StepStart {
+        step: String,
+    },
+    /// A test case result. Steps print these on stdout with `step` empty.
+    Result {
+        #[serde(default)]
+        step: String,
+        case: String,
+        status: Status,
+        #[serde(default)]
+        duration_ms: f64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        message: Option<String>,
+        #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
+        data: serde_json::Value,
+    },
+    StepEnd {
+        step: String,
+        exit_code: Option<i32>,
+        signal: Option<i32>,
+        timed_out: bool,
+        duration_ms: f64,
+    },
+    /// The init itself failed; it powers off right after sending this.
+    InitError {
+        message: String,
+    },
+    /// All steps ran; the init powers off next.
+    Done,
+}
+
+impl Event {
+    pub fn to_line(&self) -> String {
+        let mut s = serde_json::to_string(self).expect("events always serialize");
+        s.push('\n');
+        s
+    }
+
+    /// Parses one line; `None` for anything that is not an event (plain log output).
+    pub fn parse_line(line: &str) -> Option<Event> {
+        let t = line.trim();
+        if !t.starts_with('{') {
+            return None;
+        }
+        serde_json::from_str(t).ok()
+    }
+}
+
+/// Helper for step programs: print one result on stdout for the init to forward.
+pub fn report(case: &str, status: Status, duration_ms: f64, message: Option<String>, data: serde_json::Value) {
+    let ev = Event::Result { step: String::new(), case: case.into(), status, duration_ms, message, data };
+    print!("{}", ev.to_line());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn result_round_trip_and_plain_lines() {
+        let ev = Event::Result {
+            step: "smoke".into(),
+            case: "version".into(),
+            status: Status::Pass,
+            duration_ms: 1.5,
+            message: None,
+            data: serde_json::json!({"version": 8}),
+        };
+        let line = ev.to_line();
+        assert!(line.contains(r#""type":"result""#));
+        assert_eq!(Event::parse_line(&line), Some(ev));
+        assert_eq!(Event::parse_line("[    0.1] hello"), None);
+        assert_eq!(Event::parse_line("{not json"), None);
+    }
+
+    #[test]
+    fn plan_defaults() {
+        let p: Plan =
+            serde_json::from_str(r#"{"name":"x","steps":[{"name":"a","argv":["/bin/a"],"timeout_s":5}]}"#).unwrap();
+        assert!(!p.shell);
+        assert!(p.steps[0].env.is_empty());
+    }
+}

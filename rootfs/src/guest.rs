@@ -1,0 +1,231 @@
+//! Cross-build of the guest workspace (`rootfs/guest`) into static aarch64 binaries.
+//!
+//! The aarch64 std is not installed, so std is built from rust-src with `-Zbuild-std`
+//! (RUSTC_BOOTSTRAP=1 on stable) and linked statically against Debian's cross glibc.
+//! Everything the build depends on is set explicitly here, not read from cargo config.
+
+use crate::elf;
+use anyhow::{bail, Context, Result};
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+pub const GUEST_TARGET: &str = "aarch64-unknown-linux-gnu";
+pub const GUEST_LINKER: &str = "aarch64-linux-gnu-gcc";
+/// Static glibc from libc6-dev-arm64-cross.
+pub const STATIC_LIBC: &str = "/usr/aarch64-linux-gnu/lib/libc.a";
+pub const GUEST_RUSTFLAGS: &str = "-C target-feature=+crt-static";
+/// Step programs built besides init, installed as /bin/NAME.
+pub const GUEST_PROGRAMS: &[&str] = &["topology", "binder-smoke"];
+const CROSS_FIX: &str = "install gcc-aarch64-linux-gnu libc6-dev-arm64-cross (cargo make setup does this)";
+
+/// The guest workspace in this source tree.
+pub fn guest_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("guest")
+}
+
+#[derive(Clone, Debug)]
+pub struct GuestBuildOpts {
+    /// Guest workspace root (holds Cargo.toml and Cargo.lock).
+    pub guest_dir: PathBuf,
+    /// CARGO_TARGET_DIR for the build; default `<guest_dir>/target`.
+    pub target_dir: PathBuf,
+    /// cargo to run; default $CARGO (set when we run under cargo) or `cargo`.
+    pub cargo: PathBuf,
+    /// rustc whose sysroot must hold rust-src; default $RUSTC or `rustc`.
+    pub rustc: PathBuf,
+    pub linker: String,
+    /// `-j`; None lets cargo decide.
+    pub jobs: Option<u32>,
+    pub offline: bool,
+    pub quiet: bool,
+}
+
+impl Default for GuestBuildOpts {
+    fn default() -> Self {
+        let guest_dir = guest_dir();
+        let env_or = |k: &str, d: &str| std::env::var_os(k).map(PathBuf::from).unwrap_or_else(|| d.into());
+        GuestBuildOpts {
+            target_dir: guest_dir.join("target"),
+            guest_dir,
+            cargo: env_or("CARGO", "cargo"),
+            rustc: env_or("RUSTC", "rustc"),
+            linker: GUEST_LINKER.into(),
+            jobs: None,
+            offline: false,
+            quiet: false,
+        }
+    }
+}
+
+/// Host paths of the built guest binaries.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GuestBins {
+    pub init: PathBuf,
+    /// (name, path) of each step program, in [`GUEST_PROGRAMS`] order.
+    pub programs: Vec<(String, PathBuf)>,
+}
+
+impl GuestBins {
+    pub fn program(&self, name: &str) -> Option<&Path> {
+        self.programs.iter().find(|(n, _)| n == name).map(|(_, p)| p.as_path())
+    }
+}
+
+fn find_in_path(prog: &str) -> Option<PathBuf> {
+    if prog.contains('/') {
+        return Path::new(prog).is_file().then(|| prog.into());
+    }
+    std::env::split_paths(&std::env::var_os("PATH")?).map(|d| d.join(prog)).find(|p| p.is_file())
+}
+
+/// "1.95" from "rustc 1.95.0 (...)" or "Version 1.95 (...)".
+fn major_minor(s: &str) -> Option<String> {
+    let v = s.split_whitespace().nth(1)?;
+    let mut it = v.split('.');
+    Some(format!("{}.{}", it.next()?, it.next()?))
+}
+
+/// Fails with the fix to apply when the cross linker, static glibc or rust-src is missing.
+pub fn check_prerequisites(opts: &GuestBuildOpts) -> Result<()> {
+    if find_in_path(&opts.linker).is_none() {
+        bail!("cross linker {} not found: {CROSS_FIX}", opts.linker);
+    }
+    if !Path::new(STATIC_LIBC).is_file() {
+        bail!("static aarch64 glibc {STATIC_LIBC} not found: {CROSS_FIX}");
+    }
+    let out = Command::new(&opts.rustc)
+        .args(["--print", "sysroot"])
+        .output()
+        .with_context(|| format!("cannot run {}", opts.rustc.display()))?;
+    if !out.status.success() {
+        bail!("{} --print sysroot failed: {}", opts.rustc.display(), String::from_utf8_lossy(&out.stderr));
+    }
+    let sysroot = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    let src = sysroot.join("lib/rustlib/src/rust");
+    if !src.join("library/std/Cargo.toml").is_file() {
+        bail!("rust-src not found at {} (needed for -Zbuild-std): run cargo make setup", src.display());
+    }
+    // std sources of another release fail to build in obscure ways: catch it here.
+    let version = Command::new(&opts.rustc).arg("--version").output().ok();
+    let rustc_v = version.and_then(|o| major_minor(&String::from_utf8_lossy(&o.stdout)));
+    let releases = std::fs::read_to_string(src.join("RELEASES.md")).unwrap_or_default();
+    let src_v = releases.lines().find(|l| l.starts_with("Version ")).and_then(major_minor);
+    if let (Some(r), Some(s)) = (&rustc_v, &src_v) {
+        if r != s {
+            bail!("rust-src at {} is for Rust {s} but rustc is {r}: run cargo make setup", src.display());
+        }
+    }
+    Ok(())
+}
+
+/// The cargo invocation [`build_guest`] runs, with its environment set.
+pub fn guest_build_command(opts: &GuestBuildOpts) -> Command {
+    let mut cmd = Command::new(&opts.cargo);
+    cmd.current_dir(&opts.guest_dir).arg("build").arg("--manifest-path").arg(opts.guest_dir.join("Cargo.toml")).args([
+        "--release",
+        "--locked",
+        "-Zbuild-std=std,panic_abort",
+        "--target",
+        GUEST_TARGET,
+    ]);
+    if let Some(j) = opts.jobs {
+        cmd.arg(format!("-j{j}"));
+    }
+    if opts.offline {
+        cmd.arg("--offline");
+    }
+    if opts.quiet {
+        cmd.arg("-q");
+    }
+    cmd.env("RUSTC_BOOTSTRAP", "1")
+        .env("CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER", &opts.linker)
+        // With --target, RUSTFLAGS only reaches target crates, not proc macros.
+        .env("RUSTFLAGS", GUEST_RUSTFLAGS)
+        .env("CARGO_TARGET_DIR", &opts.target_dir)
+        .env("RUSTC", &opts.rustc);
+    // Settings of an outer cargo/clippy run that would change this build.
+    for k in ["CARGO_ENCODED_RUSTFLAGS", "CARGO_BUILD_TARGET", "CARGO_BUILD_RUSTFLAGS", "RUSTC_WORKSPACE_WRAPPER"] {
+        cmd.env_remove(k);
+    }
+    cmd
+}
+
+fn describe(cmd: &Command) -> String {
+    let envs: Vec<String> =
+        cmd.get_envs().filter_map(|(k, v)| Some(format!("{}={}", k.to_string_lossy(), v?.to_string_lossy()))).collect();
+    let args: Vec<OsString> = cmd.get_args().map(|a| a.to_owned()).collect();
+    format!(
+        "{} {} {}",
+        envs.join(" "),
+        cmd.get_program().to_string_lossy(),
+        args.iter().map(|a| a.to_string_lossy()).collect::<Vec<_>>().join(" ")
+    )
+}
+
+/// Cross-builds init and the step programs; checks each result is a static aarch64 ELF.
+pub fn build_guest(opts: &GuestBuildOpts) -> Result<GuestBins> {
+    check_prerequisites(opts)?;
+    let mut cmd = guest_build_command(opts);
+    let status = cmd.status().with_context(|| format!("cannot run {}", opts.cargo.display()))?;
+    if !status.success() {
+        bail!("guest build failed ({status}): {}", describe(&cmd));
+    }
+    let dir = opts.target_dir.join(GUEST_TARGET).join("release");
+    let bin = |name: &str| -> Result<PathBuf> {
+        let p = dir.join(name);
+        elf::check_static_aarch64(&p)?;
+        Ok(p)
+    };
+    Ok(GuestBins {
+        init: bin("init")?,
+        programs: GUEST_PROGRAMS.iter().map(|n| Ok((n.to_string(), bin(n)?))).collect::<Result<_>>()?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_linker_names_the_fix() {
+        let opts = GuestBuildOpts { linker: "no-such-aarch64-gcc".into(), ..Default::default() };
+        let e = check_prerequisites(&opts).unwrap_err().to_string();
+        assert!(e.contains("install gcc-aarch64-linux-gnu libc6-dev-arm64-cross"), "{e}");
+    }
+
+    #[test]
+    fn command_sets_its_environment() {
+        let opts = GuestBuildOpts { target_dir: "/tmp/t".into(), jobs: Some(1), ..Default::default() };
+        let cmd = guest_build_command(&opts);
+        let env = |k: &str| {
+            cmd.get_envs().find(|(n, _)| *n == k).and_then(|(_, v)| v).map(|v| v.to_string_lossy().into_owned())
+        };
+        assert_eq!(env("RUSTC_BOOTSTRAP").as_deref(), Some("1"));
+        assert_eq!(env("RUSTFLAGS").as_deref(), Some(GUEST_RUSTFLAGS));
+        assert_eq!(env("CARGO_TARGET_DIR").as_deref(), Some("/tmp/t"));
+        assert_eq!(env("CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER").as_deref(), Some(GUEST_LINKER));
+        assert!(cmd.get_envs().any(|(k, v)| k == "CARGO_ENCODED_RUSTFLAGS" && v.is_none()));
+        let args: Vec<String> = cmd.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
+        assert!(args.contains(&"-Zbuild-std=std,panic_abort".to_string()));
+        assert!(args.contains(&"-j1".to_string()));
+        assert!(opts.guest_dir.join("Cargo.toml").is_file());
+    }
+
+    // Slow (builds std for aarch64): cargo test -p rootfs -- --ignored
+    #[test]
+    #[ignore = "cross-builds the guest workspace"]
+    fn builds_static_aarch64_binaries() {
+        let bins = build_guest(&GuestBuildOpts { quiet: true, ..Default::default() }).unwrap();
+        assert!(bins.init.ends_with("aarch64-unknown-linux-gnu/release/init"));
+        for name in GUEST_PROGRAMS {
+            elf::check_static_aarch64(bins.program(name).unwrap()).unwrap();
+        }
+    }
+
+    #[test]
+    fn versions() {
+        assert_eq!(major_minor("rustc 1.95.0 (59807616e 2026-04-14)").as_deref(), Some("1.95"));
+        assert_eq!(major_minor("Version 1.95 (2026-04-16)").as_deref(), Some("1.95"));
+    }
+}

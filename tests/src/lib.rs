@@ -1,0 +1,1 @@
+//! Host-side end-to-end tests live in tests/tests/.

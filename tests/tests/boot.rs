@@ -1,0 +1,153 @@
+//! Boots the real kernel in QEMU: every board's topology, panics, hangs, overlays, Ctrl-C.
+//! Needs `cargo make setup` (cargo make test runs it first).
+
+use lab::run::{self, RunOpts, Verdict};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+fn opts(board: &str, plan: &str) -> RunOpts {
+    RunOpts { board: board.into(), plan: plan.into(), ..Default::default() }
+}
+
+fn assert_ok(o: &run::Outcome) {
+    assert!(o.ok(), "run failed:\n{}", run::summary(o));
+}
+
+#[test]
+fn each_board_boots_with_its_topology() {
+    for board in ["sa8155p", "sm8150-upstream", "symmetric"] {
+        let o = run::run(&opts(board, "default")).unwrap();
+        assert_ok(&o);
+        // check_topology compared every CPU with the board file; make sure it had data.
+        let cpus = o.data("topology").and_then(|d| d["cpus"].as_array()).expect("topology report");
+        assert_eq!(cpus.len(), 8, "{board}");
+        let expect = board::expected_topology(&run::load_board(board).unwrap());
+        for (c, e) in cpus.iter().zip(&expect) {
+            assert_eq!(c["capacity"].as_u64(), Some(e.capacity as u64), "{board} cpu{}", e.cpu);
+        }
+        assert!(o.results().any(|(_, case, s, _)| case == "sync_round_trip" && s == labproto::Status::Pass));
+        assert!(o.dir.join("manifest.json").is_file() && o.dir.join("console.log").is_file());
+    }
+}
+
+#[test]
+fn sa8155p_reports_306_871_1024_on_4_3_1() {
+    let o = run::run(&opts("sa8155p", "default")).unwrap();
+    assert_ok(&o);
+    let cpus = o.data("topology").unwrap()["cpus"].as_array().unwrap().clone();
+    let caps: Vec<u64> = cpus.iter().map(|c| c["capacity"].as_u64().unwrap()).collect();
+    let clusters: Vec<i64> = cpus.iter().map(|c| c["cluster_id"].as_i64().unwrap()).collect();
+    assert_eq!(caps, [306, 306, 306, 306, 871, 871, 871, 1024]);
+    assert_eq!(clusters, [0, 0, 0, 0, 1, 1, 1, 2]);
+    let m: serde_json::Value = serde_json::from_slice(&std::fs::read(o.dir.join("manifest.json")).unwrap()).unwrap();
+    assert!(m["boot_s"].as_f64().unwrap() > 0.0);
+    assert!(m["reproducer"].as_str().unwrap().starts_with("qemu-system-aarch64 "));
+    assert_eq!(m["vcpu_threads"].as_array().unwrap().len(), 8);
+}
+
+#[test]
+fn kernel_panic_is_reported_with_its_text() {
+    let o = run::run(&opts("sa8155p", "panic")).unwrap();
+    let Verdict::Panic { text } = &o.verdict else { panic!("expected a panic, got {:?}", o.verdict) };
+    assert!(text.contains("sysrq triggered crash"), "{text}");
+    assert!(!o.ok());
+    let latency = o.panic_report_s.expect("panic latency recorded");
+    assert!(latency <= 5.0, "panic reported {latency:.1} s after it was seen");
+}
+
+#[test]
+fn hanging_step_is_a_timeout_with_console_tail() {
+    let o = run::run(&opts("sa8155p", "hang")).unwrap();
+    let problems = o.problems().join("\n");
+    assert!(problems.contains("never-ends: timed out"), "{problems}");
+    assert!(problems.contains("about to hang"), "console tail missing: {problems}");
+    // The guest killed the step and still powered off cleanly.
+    assert_eq!(o.verdict, Verdict::Completed);
+}
+
+#[test]
+fn malformed_board_gives_the_documented_error() {
+    let d = tempfile::tempdir().unwrap();
+    let good = std::fs::read_to_string(lab::paths::board_dir().join("sa8155p.toml")).unwrap();
+    // Put cpu 3 into the gold cluster as well.
+    let bad = good.replacen("cpus = [4, 5, 6]", "cpus = [3, 4, 5, 6]", 1);
+    assert_ne!(good, bad, "fixture edit did not apply");
+    let path = d.path().join("broken.toml");
+    std::fs::write(&path, bad).unwrap();
+    let mut o = opts(path.to_str().unwrap(), "default");
+    o.board = path.display().to_string();
+    let e = format!("{:#}", run::run(&o).unwrap_err());
+    assert!(e.contains("broken.toml") && e.contains("clusters[1].cpus") && e.contains("exactly one cluster"), "{e}");
+}
+
+#[test]
+fn overlay_binary_runs_from_a_plan() {
+    let d = tempfile::tempdir().unwrap();
+    let bins = rootfs_bins();
+    std::fs::create_dir_all(d.path().join("overlay/bin")).unwrap();
+    // A user's own static binder client: here a copy of the smoke test under a new name.
+    std::fs::copy(bins.program("binder-smoke").unwrap(), d.path().join("overlay/bin/my-client")).unwrap();
+    let plan = d.path().join("mine.toml");
+    std::fs::write(
+        &plan,
+        "name = \"mine\"\n[[steps]]\nname = \"my-client\"\nargv = [\"/bin/my-client\"]\ntimeout_s = 30\n",
+    )
+    .unwrap();
+    let mut o = opts("sa8155p", plan.to_str().unwrap());
+    o.overlay = Some(d.path().join("overlay"));
+    let out = run::run(&o).unwrap();
+    assert_ok(&out);
+    assert!(out.results().any(|(step, case, _, _)| step == "my-client" && case == "sync_round_trip"));
+}
+
+fn rootfs_bins() -> rootfs_bins::GuestBins {
+    rootfs_bins::build_guest(&rootfs_bins::GuestBuildOpts { quiet: true, ..Default::default() }).unwrap()
+}
+use rootfs as rootfs_bins;
+
+/// QEMU processes whose command line mentions `needle`.
+fn qemus_with(needle: &str) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let cmd = String::from_utf8_lossy(&cmd);
+            cmd.starts_with("qemu-system-aarch64") && cmd.contains(needle)
+        })
+        .collect()
+}
+
+#[test]
+fn ctrl_c_leaves_no_qemu_behind() {
+    let lab_bin = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/debug/lab");
+    assert!(lab_bin.is_file(), "build the lab binary first (cargo build -p lab)");
+    let d = tempfile::tempdir().unwrap();
+    let plan = d.path().join("long.toml");
+    let marker = format!("ctrlc-{}", std::process::id());
+    std::fs::write(
+        &plan,
+        format!("name = \"{marker}\"\n[[steps]]\nname = \"wait\"\nargv = [\"/bin/sleep\", \"600\"]\ntimeout_s = 600\n"),
+    )
+    .unwrap();
+    let mut child = std::process::Command::new(&lab_bin)
+        .args(["run", "--plan", plan.to_str().unwrap()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait until its QEMU runs (the run directory name carries the plan name).
+    let t0 = Instant::now();
+    while qemus_with(&marker).is_empty() {
+        assert!(t0.elapsed() < Duration::from_secs(120), "QEMU never started");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    // SAFETY: kill(2) on the pid of the child we spawned.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let st = child.wait().unwrap();
+    assert!(!st.success(), "an interrupted run must not pass");
+    let left = qemus_with(&marker);
+    assert!(left.is_empty(), "QEMU left running: {left:?}");
+}
