@@ -91,10 +91,7 @@ pub fn build(flavor: &str) -> Result<Built> {
     let cache = paths::cache();
     let merged = fragment(flavor)?;
     let lock = Lock::load(&Lock::path())?;
-    let tc = setup::toolchain(&cache)?;
-    let deb = setup::ensure_kernel_deb(&cache, &lock)?;
-    let src = tree::ensure_unpacked(&cache, &lock, &deb)?;
-    tree::sync_series(&src, &Series::load(&paths::driver_dir())?)?;
+    let (tc, src) = prepared_tree(&cache, &lock)?;
 
     let key = cache_key(&lock, &merged, &tree::state_hash(&src)?, &tc.fingerprint()?);
     let out = artifacts_dir(&cache, flavor, &key);
@@ -119,9 +116,18 @@ pub fn build(flavor: &str) -> Result<Built> {
     Ok(built)
 }
 
+/// The toolchain and the kernel tree carrying the series, provisioning what is missing.
+pub fn prepared_tree(cache: &Path, lock: &Lock) -> Result<(Toolchain, PathBuf)> {
+    let tc = setup::toolchain(cache)?;
+    let deb = setup::ensure_kernel_deb(cache, lock)?;
+    let src = tree::ensure_unpacked(cache, lock, &deb)?;
+    tree::sync_series(&src, &Series::load(&paths::driver_dir())?)?;
+    Ok((tc, src))
+}
+
 /// allnoconfig + the merged fragment, then olddefconfig, then a check that kconfig kept
 /// every symbol asked for. Skipped when the fragment is unchanged since the last run.
-fn configure(tc: &Toolchain, src: &Path, obj: &Path, merged: &Fragment) -> Result<()> {
+pub fn configure(tc: &Toolchain, src: &Path, obj: &Path, merged: &Fragment) -> Result<()> {
     let rendered = merged.render();
     let stamp = obj.join(".lab-config.sha256");
     let want = sha256_hex(rendered.as_bytes());

@@ -32,6 +32,8 @@ pub const HOST_PACKAGES: &[(&str, &str)] = &[
     ("git", "the patched kernel tree"),
     ("make", "kbuild"),
     ("python3", "kernel scripts"),
+    ("python3-ply", "checkpatch's SPDX check"),
+    ("python3-git", "checkpatch's SPDX check"),
     ("gcc-aarch64-linux-gnu", "linker for the static aarch64 guest binaries"),
     ("libc6-dev-arm64-cross", "static glibc for the guest binaries"),
 ];
