@@ -49,7 +49,7 @@ struct RunArgs {
     #[arg(long, env = "LAB_FLAVOR", default_value = "perf")]
     flavor: String,
     /// TCG mode.
-    #[arg(long, value_enum, env = "LAB_TCG", default_value = "multi")]
+    #[arg(long, value_enum, env = "LAB_TCG", default_value = "single")]
     tcg: qemu::Tcg,
     /// Directory whose files are added to the initramfs (e.g. bin/my-client).
     #[arg(long, env = "LAB_OVERLAY")]

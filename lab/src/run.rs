@@ -48,7 +48,8 @@ impl Default for RunOpts {
             board: "sa8155p".into(),
             plan: "default".into(),
             flavor: "perf".into(),
-            tcg: Tcg::Multi,
+            // Boots fastest here: 8 vCPU threads on a 2-core host contend under MTTCG.
+            tcg: Tcg::Single,
             icount_shift: 3,
             overlay: None,
             boot_timeout: Duration::from_secs(60),

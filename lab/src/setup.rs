@@ -68,6 +68,8 @@ impl Toolchain {
             .env("RUST_LIB_SRC", &self.rust_lib_src)
             .arg("ARCH=arm64")
             .arg(format!("LLVM={LLVM_SUFFIX}"))
+            // Defined but empty: keeps setlocalversion from appending "+" for the git tree.
+            .arg("LOCALVERSION=")
             .arg(format!("O={}", out.display()));
         c
     }

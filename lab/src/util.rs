@@ -60,6 +60,16 @@ pub fn run_logged(cmd: &mut Command, log: &Path, mut on_line: impl FnMut(&str)) 
     // One pipe for both streams keeps the log in order.
     let (reader, writer) = std::io::pipe()?;
     let writer2 = writer.try_clone()?;
+    // SAFETY: prctl(PR_SET_PDEATHSIG) is async-signal-safe and touches no parent memory. If
+    // the lab dies, the tool (e.g. make, which then stops its own jobs) gets SIGTERM instead of
+    // running on unsupervised next to a new build in the same directory.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+            Ok(())
+        });
+    }
     let spawned = cmd.stdin(Stdio::null()).stdout(writer).stderr(writer2).spawn();
     // The Command keeps the pipe's write ends until they are replaced: drop them, or the
     // reader never sees EOF.
