@@ -22,12 +22,26 @@ pub fn host_codename() -> Option<String> {
     text.lines().find_map(|l| l.strip_prefix("VERSION_CODENAME=")).map(|s| s.trim_matches('"').to_string())
 }
 
-/// Installed version of a Debian package, if installed.
-pub fn installed_version(pkg: &str) -> Option<String> {
-    let out = Command::new("dpkg-query").args(["-W", "-f=${Status}\t${Version}", pkg]).output().ok()?;
-    let s = String::from_utf8_lossy(&out.stdout);
-    let (status, ver) = s.split_once('\t')?;
-    (status.ends_with(" installed") && !ver.is_empty()).then(|| ver.to_string())
+/// Installed versions of the given Debian packages (absent ones are left out), in one
+/// dpkg-query call.
+pub fn installed_versions(pkgs: &[&str]) -> std::collections::HashMap<String, String> {
+    let Ok(out) = Command::new("dpkg-query").args(["-W", "-f=${Package}\t${Status}\t${Version}\n"]).args(pkgs).output()
+    else {
+        return Default::default();
+    };
+    parse_dpkg_query(&String::from_utf8_lossy(&out.stdout))
+}
+
+fn parse_dpkg_query(text: &str) -> std::collections::HashMap<String, String> {
+    text.lines()
+        .filter_map(|l| {
+            let mut f = l.split('\t');
+            let (name, status, ver) = (f.next()?, f.next()?, f.next()?);
+            // Multi-arch packages print as name:arch only when asked; strip it anyway.
+            let name = name.split(':').next()?;
+            (status.ends_with(" installed") && !ver.is_empty()).then(|| (name.to_string(), ver.to_string()))
+        })
+        .collect()
 }
 
 /// `dpkg --compare-versions a ge b`.
@@ -230,6 +244,13 @@ mod tests {
         assert_eq!(v.len(), 2);
         assert_eq!(v[1].version, "7.2.12-1~bpo13+1");
         assert_eq!(v[1].sha256, "bb");
+    }
+
+    #[test]
+    fn parses_dpkg_query() {
+        let m = parse_dpkg_query("bc\tinstall ok installed\t1.07\nflex\tdeinstall ok config-files\t2.6\n");
+        assert_eq!(m.get("bc").map(String::as_str), Some("1.07"));
+        assert!(!m.contains_key("flex"));
     }
 
     #[test]

@@ -38,7 +38,12 @@ pub fn run() -> Result<()> {
         problems.push(format!("clippy build failed: {e:#}"));
     }
     if !warnings.is_empty() {
-        problems.push(format!("clippy: {} warning(s), see {}:\n  {}", warnings.len(), log.display(), warnings.join("\n  ")));
+        problems.push(format!(
+            "clippy: {} warning(s), see {}:\n  {}",
+            warnings.len(),
+            log.display(),
+            warnings.join("\n  ")
+        ));
     }
     println!("clippy: {} warning(s)", warnings.len());
 

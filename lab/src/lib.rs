@@ -3,6 +3,7 @@
 
 pub mod apt;
 pub mod console;
+pub mod driver_check;
 pub mod kconfig;
 pub mod kernel;
 pub mod lock;

@@ -35,6 +35,8 @@ enum Cmd {
     Shell(RunArgs),
     /// Everything `cargo make test` runs: unit tests, kernels, end-to-end tests.
     Test,
+    /// Clippy, rustfmtcheck and checkpatch over rust-driver/.
+    DriverCheck,
 }
 
 #[derive(clap::Args)]
@@ -130,6 +132,7 @@ fn run(cmd: Cmd) -> Result<()> {
             run::shell(&args.opts())
         }
         Cmd::Test => lab::testall::run(),
+        Cmd::DriverCheck => lab::driver_check::run(),
         Cmd::DriverReset => {
             let t = prepared_tree(&cache)?;
             tree::reset(&t, &tree::Series::load(&paths::driver_dir())?)?;

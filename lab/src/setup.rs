@@ -119,9 +119,12 @@ fn rust_src_library(cache: &Path, rustc: &str) -> Option<PathBuf> {
 
 /// Host packages that are missing, plus whether qemu needs the backports.
 fn missing_packages() -> (Vec<String>, bool) {
+    let mut names: Vec<&str> = HOST_PACKAGES.iter().map(|(p, _)| *p).collect();
+    names.push("qemu-system-arm");
+    let installed = apt::installed_versions(&names);
     let mut missing: Vec<String> =
-        HOST_PACKAGES.iter().filter(|(p, _)| apt::installed_version(p).is_none()).map(|(p, _)| p.to_string()).collect();
-    let qemu_ok = apt::installed_version("qemu-system-arm").is_some_and(|v| apt::version_ge(&v, QEMU_MIN));
+        HOST_PACKAGES.iter().filter(|(p, _)| !installed.contains_key(*p)).map(|(p, _)| p.to_string()).collect();
+    let qemu_ok = installed.get("qemu-system-arm").is_some_and(|v| apt::version_ge(v, QEMU_MIN));
     if !qemu_ok {
         missing.push("qemu-system-arm".into());
     }
@@ -153,7 +156,7 @@ pub fn ensure_kernel_deb(cache: &Path, lock: &Lock) -> Result<PathBuf> {
     let k = &lock.kernel;
     let dest = cache.join("downloads");
     let path = dest.join(format!("{}_{}_all.deb", k.package, k.version.replace(':', "%3a")));
-    if path.is_file() && sha256_file(&path)? == k.sha256 {
+    if path.is_file() && verified(&path, &k.sha256)? {
         return Ok(path);
     }
     let apt = PrivateApt::new(cache);
@@ -182,6 +185,23 @@ pub fn ensure_kernel_deb(cache: &Path, lock: &Lock) -> Result<PathBuf> {
         std::fs::rename(&got, &path)?;
     }
     Ok(path)
+}
+
+/// Whether `path` has SHA-256 `want`. Hashing 165 MB takes a second, so a matching result is
+/// remembered next to the file together with its size and mtime.
+fn verified(path: &Path, want: &str) -> Result<bool> {
+    let meta = std::fs::metadata(path)?;
+    let mtime = meta.modified()?.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+    let memo = format!("{want} {} {mtime}\n", meta.len());
+    let stamp = path.with_extension("deb.verified");
+    if std::fs::read_to_string(&stamp).ok().as_deref() == Some(memo.as_str()) {
+        return Ok(true);
+    }
+    if sha256_file(path)? != want {
+        return Ok(false);
+    }
+    crate::util::write_atomic(&stamp, memo.as_bytes())?;
+    Ok(true)
 }
 
 /// `lab kernel-lock`: pin the newest 7.2.x served.

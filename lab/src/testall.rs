@@ -28,6 +28,8 @@ pub fn run() -> Result<()> {
         let b = kernel::build(flavor)?;
         eprintln!("kernel {flavor}: {} ({})", b.image().display(), b.kernel_release());
     }
+    eprintln!("\n=== driver-check");
+    crate::driver_check::run()?;
     cargo(&["test", "-p", "lab-tests", "--", "--test-threads=2"], "end-to-end tests (QEMU)")?;
     eprintln!("\nlab test: all passed in {:.0?}", t0.elapsed());
     Ok(())
