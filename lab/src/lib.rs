@@ -6,6 +6,7 @@ pub mod console;
 pub mod driver_check;
 pub mod kconfig;
 pub mod kernel;
+pub mod kunit;
 pub mod lock;
 pub mod paths;
 pub mod qemu;

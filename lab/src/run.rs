@@ -432,6 +432,7 @@ pub fn run(opts: &RunOpts) -> Result<Outcome> {
     consolef.flush()?;
     events.extend(tail.poll());
 
+    events.extend(crate::kunit::from_console(&lines));
     let verdict = verdict.expect("loop ends with a verdict");
     let splats = console::scan(&lines);
     let topology_mismatches = check_topology(&prepared.board, &events);

@@ -151,3 +151,13 @@ fn ctrl_c_leaves_no_qemu_behind() {
     let left = qemus_with(&marker);
     assert!(left.is_empty(), "QEMU left running: {left:?}");
 }
+
+#[test]
+fn debug_kernel_kunit_ctabs_suite_passes() {
+    let mut o = opts("sa8155p", "kunit");
+    o.flavor = "debug".into();
+    let out = run::run(&o).unwrap();
+    assert_ok(&out);
+    let cases: Vec<&str> = out.results().filter(|(step, ..)| *step == "kunit").map(|(_, case, ..)| case).collect();
+    assert!(cases.iter().filter(|c| c.starts_with("rust_binder_ctabs.")).count() >= 5, "KUnit cases: {cases:?}");
+}
