@@ -459,10 +459,52 @@ fn check_topology(board: &board::Board, events: &[Event]) -> Vec<String> {
     }) else {
         return vec![];
     };
-    match serde_json::from_value::<Vec<board::CpuObserved>>(cpus) {
+    let mut problems = match serde_json::from_value::<Vec<board::CpuObserved>>(cpus) {
         Ok(obs) => board::compare(board, &obs),
         Err(e) => vec![format!("topology report unreadable: {e}")],
+    };
+    if let Some(sd) = events.iter().find_map(|e| match e {
+        Event::Result { case, data, .. } if case == "topology" => data.get("sched_domains").cloned(),
+        _ => None,
+    }) {
+        problems.extend(check_sched_domains(board, &sd));
     }
+    problems
+}
+
+/// The scheduler must see what the board describes: a cluster (CLS) level for each CPU that
+/// shares a cluster when there are several clusters, and asymmetric capacities exactly when
+/// the board's capacities differ.
+fn check_sched_domains(board: &board::Board, sd: &serde_json::Value) -> Vec<String> {
+    let expect = board::expected_topology(board);
+    let asym = expect.iter().map(|e| e.capacity).collect::<std::collections::BTreeSet<_>>().len() > 1;
+    let clusters = expect.iter().map(|e| e.cluster_id).collect::<std::collections::BTreeSet<_>>().len();
+    let mut out = vec![];
+    for e in &expect {
+        let Some(domains) = sd.get(format!("cpu{}", e.cpu)).and_then(|d| d.as_array()) else {
+            out.push(format!("guest: no scheduler domains reported for cpu{}", e.cpu));
+            continue;
+        };
+        let names: Vec<&str> = domains.iter().filter_map(|d| d["name"].as_str()).collect();
+        let has_flag =
+            |f: &str| domains.iter().any(|d| d["flags"].as_array().is_some_and(|fl| fl.iter().any(|x| x == f)));
+        let cluster_size = board::parse_cpulist(&e.cluster_cpus).map(|v| v.len()).unwrap_or(0);
+        if clusters > 1 && cluster_size > 1 && !names.contains(&"CLS") {
+            out.push(format!(
+                "board: cpu{} in a cluster of {cluster_size}, guest sched domains: {names:?} (no CLS)",
+                e.cpu
+            ));
+        }
+        if asym != has_flag("SD_ASYM_CPUCAPACITY") {
+            out.push(format!(
+                "board: cpu{} capacities {}, guest sched domains {} SD_ASYM_CPUCAPACITY",
+                e.cpu,
+                if asym { "differ" } else { "are equal" },
+                if asym { "lack" } else { "have" }
+            ));
+        }
+    }
+    out
 }
 
 fn pin_vcpus(vcpus: &[(i64, i64)]) {
