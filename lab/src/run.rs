@@ -668,6 +668,25 @@ mod tests {
     }
 
     #[test]
+    fn sched_domains_must_match_the_board() {
+        let b = load_board("sa8155p").unwrap();
+        let dom = |name: &str, flags: &[&str]| serde_json::json!({"name": name, "flags": flags});
+        let mut sd = serde_json::Map::new();
+        for cpu in 0..8 {
+            let mut d = vec![dom("MC", &["SD_ASYM_CPUCAPACITY"])];
+            if cpu < 7 {
+                d.insert(0, dom("CLS", &["SD_CLUSTER"]));
+            }
+            sd.insert(format!("cpu{cpu}"), serde_json::Value::Array(d));
+        }
+        assert!(check_sched_domains(&b, &serde_json::Value::Object(sd.clone())).is_empty());
+        sd.insert("cpu0".into(), serde_json::json!([dom("MC", &[])]));
+        let p = check_sched_domains(&b, &serde_json::Value::Object(sd));
+        assert_eq!(p.len(), 2, "{p:?}");
+        assert!(p[0].contains("cpu0 in a cluster of 4") && p[1].contains("lack SD_ASYM_CPUCAPACITY"));
+    }
+
+    #[test]
     fn problems_collect_everything() {
         let o = Outcome {
             dir: "/r".into(),
