@@ -12,6 +12,7 @@ pub mod paths;
 pub mod qemu;
 pub mod run;
 pub mod setup;
+pub mod stats;
 pub mod testall;
 pub mod tree;
 pub mod util;
