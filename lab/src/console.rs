@@ -11,30 +11,6 @@ pub struct Splat {
     pub text: String,
 }
 
-/// (needle, kind). Checked against the text after the `[ time]` prefix.
-const PATTERNS: &[(&str, &str)] = &[
-    ("Kernel panic - not syncing", "panic"),
-    ("BUG: KASAN:", "kasan"),
-    ("WARNING: possible circular locking dependency", "lockdep"),
-    ("WARNING: possible recursive locking", "lockdep"),
-    ("WARNING: inconsistent lock state", "lockdep"),
-    ("WARNING: suspicious RCU usage", "lockdep"),
-    ("WARNING: bad unlock balance", "lockdep"),
-    ("WARNING: lock held when returning to user space", "lockdep"),
-    ("BUG: sleeping function called from invalid context", "atomic-sleep"),
-    ("BUG: scheduling while atomic", "atomic-sleep"),
-    ("INFO: task ", "hung-task"),
-    ("BUG: soft lockup", "soft-lockup"),
-    ("rcu: INFO: rcu_preempt detected stalls", "rcu-stall"),
-    ("BUG:", "bug"),
-    ("WARNING:", "warning"),
-    ("Internal error: Oops", "oops"),
-    ("Oops", "oops"),
-    ("panicked at", "rust-panic"),
-    ("UBSAN:", "ubsan"),
-    ("kernel BUG at", "bug"),
-];
-
 /// Strips the printk timestamp, `[    1.234567] `.
 fn body(line: &str) -> &str {
     let t = line.trim_start();
@@ -47,23 +23,7 @@ fn body(line: &str) -> &str {
 }
 
 fn classify(line: &str) -> Option<&'static str> {
-    let b = body(line);
-    // The trailer of a report repeats its first line.
-    if b.starts_with("---[ end") {
-        return None;
-    }
-    // "INFO: task x:1 blocked for more than 30 seconds." is the hung-task report; other
-    // INFO: lines are not splats.
-    PATTERNS
-        .iter()
-        .find(|(needle, kind)| {
-            if *kind == "hung-task" {
-                b.starts_with(needle) && b.contains("blocked for more than")
-            } else {
-                b.contains(needle)
-            }
-        })
-        .map(|(_, k)| *k)
+    labproto::splat_kind(body(line))
 }
 
 /// Finds every splat; each report's text runs until a line that starts a new report,

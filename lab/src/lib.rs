@@ -10,6 +10,7 @@ pub mod kunit;
 pub mod lock;
 pub mod paths;
 pub mod qemu;
+pub mod report;
 pub mod run;
 pub mod setup;
 pub mod stats;

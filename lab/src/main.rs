@@ -2,7 +2,7 @@
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
-use lab::{kernel, lock, paths, qemu, run, setup, tree};
+use lab::{kernel, lock, paths, qemu, report, run, setup, tree};
 
 #[derive(Parser)]
 #[command(name = "lab", about = "Build, boot and measure the Rust binder driver on an emulated SA8155P")]
@@ -33,6 +33,12 @@ enum Cmd {
     Run(RunArgs),
     /// Boot a board with an interactive shell on the console.
     Shell(RunArgs),
+    /// Run the binder conformance suite (plan `conformance`) and print a per-case table;
+    /// JUnit XML and TAP go into the run directory. Non-zero exit on any failure.
+    Conformance(RunArgs),
+    /// Run the binder fuzzer (plan `fuzz`: 20k operations; `--plan fuzz-long` for
+    /// millions, `--append binder_fuzz.seed=N` to replay a seed) and print the table.
+    Fuzz(RunArgs),
     /// Everything `cargo make test` runs: unit tests, kernels, end-to-end tests.
     Test,
     /// Clippy, rustfmtcheck and checkpatch over rust-driver/.
@@ -44,9 +50,10 @@ struct RunArgs {
     /// Board name in board/ (sa8155p, sm8150-upstream, symmetric) or a path.
     #[arg(long, env = "LAB_BOARD", default_value = "sa8155p")]
     board: String,
-    /// Plan name in rootfs/plans/ or a path to a plan file.
-    #[arg(long, env = "LAB_PLAN", default_value = "default")]
-    plan: String,
+    /// Plan name in rootfs/plans/ or a path to a plan file [default: default; shell for
+    /// `shell`, conformance for `conformance`, fuzz for `fuzz`].
+    #[arg(long, env = "LAB_PLAN")]
+    plan: Option<String>,
     /// Kernel flavor (kernel-config/<flavor>.config).
     #[arg(long, env = "LAB_FLAVOR", default_value = "perf")]
     flavor: String,
@@ -71,10 +78,10 @@ struct RunArgs {
 }
 
 impl RunArgs {
-    fn opts(&self) -> run::RunOpts {
+    fn opts(&self, default_plan: &str) -> run::RunOpts {
         run::RunOpts {
             board: self.board.clone(),
-            plan: self.plan.clone(),
+            plan: self.plan.clone().unwrap_or_else(|| default_plan.into()),
             flavor: self.flavor.clone(),
             tcg: self.tcg,
             overlay: self.overlay.clone(),
@@ -118,19 +125,16 @@ fn run(cmd: Cmd) -> Result<()> {
             Ok(())
         }
         Cmd::Run(args) => {
-            let o = run::run(&args.opts())?;
+            let o = run::run(&args.opts("default"))?;
             print!("{}", run::summary(&o));
             if !o.ok() {
                 std::process::exit(1);
             }
             Ok(())
         }
-        Cmd::Shell(mut args) => {
-            if args.plan == "default" {
-                args.plan = "shell".into();
-            }
-            run::shell(&args.opts())
-        }
+        Cmd::Shell(args) => run::shell(&args.opts("shell")),
+        Cmd::Conformance(args) => suite(&args, "conformance"),
+        Cmd::Fuzz(args) => suite(&args, "fuzz"),
         Cmd::Test => lab::testall::run(),
         Cmd::DriverCheck => lab::driver_check::run(),
         Cmd::DriverReset => {
@@ -140,6 +144,29 @@ fn run(cmd: Cmd) -> Result<()> {
             Ok(())
         }
     }
+}
+
+/// Runs a plan and prints the per-case table (with the run's summary below it).
+fn suite(args: &RunArgs, default_plan: &str) -> Result<()> {
+    let opts = args.opts(default_plan);
+    let o = run::run(&opts)?;
+    print!("{}", report::case_table(&o));
+    println!(
+        "kernel: {} flavor; reports: {} and {}",
+        opts.flavor,
+        o.dir.join("junit.xml").display(),
+        o.dir.join("results.tap").display()
+    );
+    // The summary without its per-result lines (the table has them).
+    for l in run::summary(&o).lines() {
+        if !["PASS  ", "FAIL  ", "SKIP  "].iter().any(|p| l.starts_with(p)) {
+            println!("{l}");
+        }
+    }
+    if !o.ok() {
+        std::process::exit(1);
+    }
+    Ok(())
 }
 
 /// The unpacked, series-synced kernel tree (unpacking it on first use).

@@ -448,6 +448,7 @@ pub fn run(opts: &RunOpts) -> Result<Outcome> {
         console_tail: console::tail(&lines, 50),
     };
     write_manifest(&dir, &prepared, &spec, &outcome, &vcpus, opts)?;
+    crate::report::write_reports(&dir, &outcome)?;
     Ok(outcome)
 }
 

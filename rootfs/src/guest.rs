@@ -16,7 +16,7 @@ pub const GUEST_LINKER: &str = "aarch64-linux-gnu-gcc";
 pub const STATIC_LIBC: &str = "/usr/aarch64-linux-gnu/lib/libc.a";
 pub const GUEST_RUSTFLAGS: &str = "-C target-feature=+crt-static";
 /// Step programs built besides init, installed as /bin/NAME.
-pub const GUEST_PROGRAMS: &[&str] = &["topology", "binder-smoke"];
+pub const GUEST_PROGRAMS: &[&str] = &["topology", "binder-smoke", "binder-conformance", "binder-fuzz", "ctabs-check"];
 const CROSS_FIX: &str = "install gcc-aarch64-linux-gnu libc6-dev-arm64-cross (cargo make setup does this)";
 
 /// The guest workspace in this source tree.

@@ -112,6 +112,44 @@ pub fn report(case: &str, status: Status, duration_ms: f64, message: Option<Stri
     print!("{}", ev.to_line());
 }
 
+/// Kernel log lines that start a splat: (needle, kind). Shared by the host's console scanner
+/// and the guest's kmsg scanner so both judge a log the same way.
+pub const SPLAT_PATTERNS: &[(&str, &str)] = &[
+    ("Kernel panic - not syncing", "panic"),
+    ("BUG: KASAN:", "kasan"),
+    ("WARNING: possible circular locking dependency", "lockdep"),
+    ("WARNING: possible recursive locking", "lockdep"),
+    ("WARNING: inconsistent lock state", "lockdep"),
+    ("WARNING: suspicious RCU usage", "lockdep"),
+    ("WARNING: bad unlock balance", "lockdep"),
+    ("WARNING: lock held when returning to user space", "lockdep"),
+    ("BUG: sleeping function called from invalid context", "atomic-sleep"),
+    ("BUG: scheduling while atomic", "atomic-sleep"),
+    ("BUG: soft lockup", "soft-lockup"),
+    ("rcu: INFO: rcu_preempt detected stalls", "rcu-stall"),
+    ("BUG:", "bug"),
+    ("WARNING:", "warning"),
+    ("Internal error: Oops", "oops"),
+    ("Oops", "oops"),
+    ("panicked at", "rust-panic"),
+    ("UBSAN:", "ubsan"),
+    ("kernel BUG at", "bug"),
+];
+
+/// The kind of splat a kernel log message (without its timestamp) starts, if any.
+pub fn splat_kind(msg: &str) -> Option<&'static str> {
+    // The trailer of a report repeats its first line.
+    if msg.starts_with("---[ end") {
+        return None;
+    }
+    // "INFO: task x:1 blocked for more than 30 seconds." is the hung-task report; other
+    // INFO: lines are not splats.
+    if msg.starts_with("INFO: task ") {
+        return msg.contains("blocked for more than").then_some("hung-task");
+    }
+    SPLAT_PATTERNS.iter().find(|(needle, _)| msg.contains(needle)).map(|(_, k)| *k)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -131,6 +169,15 @@ mod tests {
         assert_eq!(Event::parse_line(&line), Some(ev));
         assert_eq!(Event::parse_line("[    0.1] hello"), None);
         assert_eq!(Event::parse_line("{not json"), None);
+    }
+
+    #[test]
+    fn splat_kinds() {
+        assert_eq!(splat_kind("BUG: KASAN: slab-use-after-free in f"), Some("kasan"));
+        assert_eq!(splat_kind("INFO: task a:1 blocked for more than 30 seconds."), Some("hung-task"));
+        assert_eq!(splat_kind("INFO: lockdep is turned off."), None);
+        assert_eq!(splat_kind("---[ end Kernel panic - not syncing: x ]---"), None);
+        assert_eq!(splat_kind("rcu: Hierarchical RCU implementation."), None);
     }
 
     #[test]

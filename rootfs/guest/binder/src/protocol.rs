@@ -407,6 +407,68 @@ impl Return {
     }
 }
 
+impl Command {
+    /// The uapi name (`BC_TRANSACTION`, ...).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Command::Transaction(_) => "BC_TRANSACTION",
+            Command::Reply(_) => "BC_REPLY",
+            Command::AcquireResult(_) => "BC_ACQUIRE_RESULT",
+            Command::FreeBuffer(_) => "BC_FREE_BUFFER",
+            Command::IncRefs(_) => "BC_INCREFS",
+            Command::Acquire(_) => "BC_ACQUIRE",
+            Command::Release(_) => "BC_RELEASE",
+            Command::DecRefs(_) => "BC_DECREFS",
+            Command::IncRefsDone(_) => "BC_INCREFS_DONE",
+            Command::AcquireDone(_) => "BC_ACQUIRE_DONE",
+            Command::AttemptAcquire { .. } => "BC_ATTEMPT_ACQUIRE",
+            Command::RegisterLooper => "BC_REGISTER_LOOPER",
+            Command::EnterLooper => "BC_ENTER_LOOPER",
+            Command::ExitLooper => "BC_EXIT_LOOPER",
+            Command::RequestDeathNotification { .. } => "BC_REQUEST_DEATH_NOTIFICATION",
+            Command::ClearDeathNotification { .. } => "BC_CLEAR_DEATH_NOTIFICATION",
+            Command::DeadBinderDone(_) => "BC_DEAD_BINDER_DONE",
+            Command::TransactionSg { .. } => "BC_TRANSACTION_SG",
+            Command::ReplySg { .. } => "BC_REPLY_SG",
+            Command::RequestFreezeNotification { .. } => "BC_REQUEST_FREEZE_NOTIFICATION",
+            Command::ClearFreezeNotification { .. } => "BC_CLEAR_FREEZE_NOTIFICATION",
+            Command::FreezeNotificationDone(_) => "BC_FREEZE_NOTIFICATION_DONE",
+        }
+    }
+}
+
+impl Return {
+    /// The uapi name (`BR_REPLY`, ...).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Return::Error(_) => "BR_ERROR",
+            Return::Ok => "BR_OK",
+            Return::TransactionSecCtx { .. } => "BR_TRANSACTION_SEC_CTX",
+            Return::Transaction(_) => "BR_TRANSACTION",
+            Return::Reply(_) => "BR_REPLY",
+            Return::AcquireResult(_) => "BR_ACQUIRE_RESULT",
+            Return::DeadReply => "BR_DEAD_REPLY",
+            Return::TransactionComplete => "BR_TRANSACTION_COMPLETE",
+            Return::IncRefs(_) => "BR_INCREFS",
+            Return::Acquire(_) => "BR_ACQUIRE",
+            Return::Release(_) => "BR_RELEASE",
+            Return::DecRefs(_) => "BR_DECREFS",
+            Return::AttemptAcquire { .. } => "BR_ATTEMPT_ACQUIRE",
+            Return::Noop => "BR_NOOP",
+            Return::SpawnLooper => "BR_SPAWN_LOOPER",
+            Return::Finished => "BR_FINISHED",
+            Return::DeadBinder(_) => "BR_DEAD_BINDER",
+            Return::ClearDeathNotificationDone(_) => "BR_CLEAR_DEATH_NOTIFICATION_DONE",
+            Return::FailedReply => "BR_FAILED_REPLY",
+            Return::FrozenReply => "BR_FROZEN_REPLY",
+            Return::OnewaySpamSuspect => "BR_ONEWAY_SPAM_SUSPECT",
+            Return::TransactionPendingFrozen => "BR_TRANSACTION_PENDING_FROZEN",
+            Return::FrozenBinder { .. } => "BR_FROZEN_BINDER",
+            Return::ClearFreezeNotificationDone(_) => "BR_CLEAR_FREEZE_NOTIFICATION_DONE",
+        }
+    }
+}
+
 /// A write buffer of BC_* commands for one BINDER_WRITE_READ.
 #[derive(Clone, Debug, Default)]
 pub struct WriteBuf {

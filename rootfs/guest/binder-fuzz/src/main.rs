@@ -1,0 +1,482 @@
+//! Step program: a seeded, reproducible fuzzer of binder command streams and ioctls.
+//!
+//! The parent forks `procs` worker processes of `threads` threads each (see worker.rs)
+//! and keeps that many alive until the operation budget or the time budget is spent:
+//! a worker runs a random number of operations and exits (sometimes abruptly, with
+//! transactions in flight), and now and then the parent SIGKILLs one; each slot is then
+//! refilled by a new worker. Worker `slot`/`generation` draws its operations from
+//! `Rng::derive(seed, slot * 1_000_000 + generation)`, so a seed reproduces every worker's
+//! sequence (the interleaving between processes depends on timing).
+//!
+//! Results: `fuzz` (the run completed: no worker crashed, none hung in the driver, every
+//! return stream decoded), `kernel_log` (no splat in the kernel log), `leaks` (after the
+//! workers are gone, binderfs stats list no process, thread, node, ref or buffer of
+//! theirs).
+//!
+//! Settings, lowest precedence first: defaults, environment (`BINDER_FUZZ_OPS`,
+//! `BINDER_FUZZ_SECONDS`, `BINDER_FUZZ_SEED`, `BINDER_FUZZ_PROCS`, `BINDER_FUZZ_THREADS`),
+//! arguments (`--ops N --seconds S --seed N --procs N --threads N --device PATH`), and
+//! the kernel command line (`binder_fuzz.ops=N`, `binder_fuzz.seconds=S`,
+//! `binder_fuzz.seed=N`, ...), which `lab run --append` sets from the host.
+//! `binder_fds=1` (`BINDER_FUZZ_BINDER_FDS=1`, `binder_fuzz.binder_fds=1`) also sends
+//! binder fds in fd objects, which finds the known fd-cycle leak (see worker.rs).
+
+mod shm;
+mod worker;
+
+use binder::testkit::kmsg::{self, Kmsg};
+use binder::testkit::logs::Stats;
+use binder::testkit::rng::{mix, Rng};
+use labproto::{report, Status};
+use serde_json::{json, Value};
+use shm::{Shm, MAX_SLOTS, MAX_THREADS, N_OPS, N_STATS, OP_NAMES, STAT_NAMES};
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+struct Config {
+    seed: u64,
+    ops: u64,
+    seconds: f64,
+    procs: usize,
+    threads: usize,
+    device: String,
+    /// An op stuck longer than this is a hang.
+    hang_s: f64,
+    /// Mean seconds between SIGKILLs of a random worker (0: never).
+    chaos_s: f64,
+    /// Send binder fds in fd objects too (finds the fd-cycle leak; see worker.rs).
+    binder_fds: bool,
+}
+
+fn parse_num(s: &str) -> Option<u64> {
+    let s = s.trim().replace('_', "");
+    match s.strip_prefix("0x") {
+        Some(h) => u64::from_str_radix(h, 16).ok(),
+        None => s.parse().ok(),
+    }
+}
+
+fn usage() -> ! {
+    eprintln!(
+        "usage: binder-fuzz [--ops N] [--seconds S] [--seed N] [--procs N] [--threads N] [--binder-fds 0|1] \
+         [--chaos-seconds S] [--device PATH]"
+    );
+    std::process::exit(2);
+}
+
+fn set(cfg: &mut Config, key: &str, val: &str) -> bool {
+    match key {
+        "ops" => cfg.ops = parse_num(val).unwrap_or_else(|| usage()),
+        "seconds" => cfg.seconds = val.parse().unwrap_or_else(|_| usage()),
+        "seed" => cfg.seed = parse_num(val).unwrap_or_else(|| usage()),
+        "procs" => cfg.procs = parse_num(val).unwrap_or_else(|| usage()) as usize,
+        "threads" => cfg.threads = parse_num(val).unwrap_or_else(|| usage()) as usize,
+        "device" => cfg.device = val.to_string(),
+        "chaos-seconds" => cfg.chaos_s = val.parse().unwrap_or_else(|_| usage()),
+        "binder_fds" | "binder-fds" => cfg.binder_fds = parse_num(val).unwrap_or_else(|| usage()) != 0,
+        _ => return false,
+    }
+    true
+}
+
+fn random_seed() -> u64 {
+    let mut b = [0u8; 8];
+    // SAFETY: getrandom fills the 8-byte local buffer.
+    let n = unsafe { libc::getrandom(b.as_mut_ptr() as *mut libc::c_void, 8, libc::GRND_NONBLOCK) };
+    if n == 8 {
+        u64::from_ne_bytes(b)
+    } else {
+        mix(shm::now_ms() ^ std::process::id() as u64)
+    }
+}
+
+fn config() -> Config {
+    let debug = binder::testkit::is_debug_kernel();
+    let mut cfg = Config {
+        seed: random_seed(),
+        ops: 20_000,
+        seconds: 300.0,
+        procs: 4,
+        threads: 2,
+        device: binder::DEFAULT_DEVICE.into(),
+        hang_s: if debug { 120.0 } else { 30.0 },
+        chaos_s: 3.0,
+        binder_fds: false,
+    };
+    for k in ["ops", "seconds", "seed", "procs", "threads", "binder_fds"] {
+        if let Ok(v) = std::env::var(format!("BINDER_FUZZ_{}", k.to_uppercase())) {
+            set(&mut cfg, k, &v);
+        }
+    }
+    let mut it = std::env::args().skip(1);
+    while let Some(a) = it.next() {
+        let Some(k) = a.strip_prefix("--") else { usage() };
+        let v = it.next().unwrap_or_else(|| usage());
+        if !set(&mut cfg, k, &v) {
+            usage();
+        }
+    }
+    let cmdline = std::fs::read_to_string("/proc/cmdline").unwrap_or_default();
+    for tok in cmdline.split_whitespace() {
+        if let Some((k, v)) = tok.strip_prefix("binder_fuzz.").and_then(|t| t.split_once('=')) {
+            if !set(&mut cfg, k, v) {
+                eprintln!("binder-fuzz: ignoring unknown kernel parameter binder_fuzz.{k}");
+            }
+        }
+    }
+    cfg.procs = cfg.procs.clamp(1, MAX_SLOTS);
+    cfg.threads = cfg.threads.clamp(1, MAX_THREADS);
+    cfg
+}
+
+struct Live {
+    pid: i32,
+    slot: usize,
+    generation: u64,
+}
+
+fn spawn(cfg: &Config, shm: &'static Shm, slot: usize, generation: u64) -> Option<Live> {
+    let wseed = Rng::derive(cfg.seed, slot as u64 * 1_000_000 + generation).next_u64();
+    let life_ops = Rng::new(wseed ^ 0x11fe).range(200, 3000);
+    shm.slots[slot].ops.store(0, Ordering::Relaxed);
+    for t in &shm.slots[slot].threads {
+        t.in_op.store(0, Ordering::Relaxed);
+        t.heartbeat_ms.store(shm::now_ms(), Ordering::Relaxed);
+    }
+    // SAFETY: the parent is single-threaded, so the child may run arbitrary code.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return None;
+    }
+    if pid == 0 {
+        // SAFETY: prctl has no memory preconditions.
+        unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) };
+        let code = worker::run(
+            worker::Config {
+                device: cfg.device.clone(),
+                binder_fds: cfg.binder_fds,
+                slot,
+                seed: wseed,
+                threads: cfg.threads,
+                life_ops,
+            },
+            shm,
+        );
+        // SAFETY: ends the worker without running the parent's exit handlers.
+        unsafe { libc::_exit(code) };
+    }
+    shm.slots[slot].pid.store(pid as u64, Ordering::Relaxed);
+    Some(Live { pid, slot, generation })
+}
+
+/// What the kernel says a stuck task is doing.
+fn task_report(pid: i32) -> String {
+    let mut out = vec![];
+    if let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/task")) {
+        for e in rd.flatten() {
+            let tid = e.file_name().to_string_lossy().into_owned();
+            let wchan = std::fs::read_to_string(e.path().join("wchan")).unwrap_or_default();
+            let stack = std::fs::read_to_string(e.path().join("stack")).unwrap_or_default();
+            let stack: Vec<&str> = stack.lines().take(8).collect();
+            out.push(format!("tid {tid} wchan {wchan} stack [{}]", stack.join(" <- ")));
+        }
+    }
+    out.join("; ")
+}
+
+/// Kernel memory figures (kB) and the number of tasks (kworkers spawned for deferred
+/// releases explain KernelStack growth; they idle out after minutes).
+fn meminfo() -> BTreeMap<String, i64> {
+    let mut m = meminfo_kb();
+    let tasks = std::fs::read_dir("/proc")
+        .map(|rd| rd.flatten().filter(|e| e.file_name().to_string_lossy().bytes().all(|b| b.is_ascii_digit())).count())
+        .unwrap_or(0);
+    m.insert("tasks".into(), tasks as i64);
+    m
+}
+
+fn meminfo_kb() -> BTreeMap<String, i64> {
+    std::fs::read_to_string("/proc/meminfo")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            Some((k.to_string(), v.split_whitespace().next()?.parse().ok()?))
+        })
+        .filter(|(k, _): &(String, i64)| {
+            ["MemFree", "Slab", "SUnreclaim", "KernelStack", "PageTables"].contains(&k.as_str())
+        })
+        .collect()
+}
+
+fn counters(a: &[std::sync::atomic::AtomicU64], names: &[&str]) -> Value {
+    let m: serde_json::Map<String, Value> = names
+        .iter()
+        .zip(a)
+        .filter_map(|(n, c)| {
+            let v = c.load(Ordering::Relaxed);
+            (v > 0).then(|| (n.to_string(), json!(v)))
+        })
+        .collect();
+    Value::Object(m)
+}
+
+fn main() {
+    let cfg = config();
+    let debug = binder::testkit::is_debug_kernel();
+    let scale = if debug { 4.0 } else { 1.0 };
+    eprintln!(
+        "binder-fuzz: seed {:#x}, {} ops or {} s, {} processes x {} threads on {} (replay: cargo make fuzz \
+         --append binder_fuzz.seed={:#x})",
+        cfg.seed, cfg.ops, cfg.seconds, cfg.procs, cfg.threads, cfg.device, cfg.seed
+    );
+    let shm = Shm::map();
+    let before = Stats::read().unwrap_or_default();
+    let baseline: Vec<i32> = before.procs.iter().map(|p| p.pid).collect();
+    let mem_before = meminfo();
+    kmsg::mark(&format!("binder-fuzz: start, seed {:#x}", cfg.seed));
+    let mut kmsg = Kmsg::open_at_end().ok();
+    // Drained all along: the ring buffer holds only the last few thousand records.
+    let mut log = LogWatch::default();
+    let mut chaos = Rng::derive(cfg.seed, 0xc4a05);
+
+    let t0 = Instant::now();
+    let mut live: Vec<Live> = vec![];
+    let mut generations = vec![0u64; cfg.procs];
+    for slot in 0..cfg.procs {
+        live.extend(spawn(&cfg, shm, slot, 0));
+    }
+    let mut crashes: Vec<String> = vec![];
+    let mut hangs: Vec<String> = vec![];
+    let mut exits: BTreeMap<i32, u64> = BTreeMap::new();
+    let (mut spawned, mut chaos_kills) = (cfg.procs as u64, 0u64);
+    let mut next_chaos = if cfg.chaos_s > 0.0 { Some(t0 + Duration::from_secs_f64(cfg.chaos_s)) } else { None };
+    let mut stopped_at: Option<Instant> = None;
+    let mut stopped_by = "";
+    let mut last_progress = Instant::now();
+    let grace = Duration::from_secs_f64(30.0 * scale);
+    loop {
+        // Reap.
+        loop {
+            let mut st = 0;
+            // SAFETY: st is a valid out-pointer.
+            let pid = unsafe { libc::waitpid(-1, &mut st, libc::WNOHANG) };
+            if pid <= 0 {
+                break;
+            }
+            let code = binder::testkit::child::decode_status(st);
+            *exits.entry(code).or_default() += 1;
+            let Some(i) = live.iter().position(|l| l.pid == pid) else { continue };
+            let l = live.swap_remove(i);
+            shm.slots[l.slot].pid.store(0, Ordering::Relaxed);
+            // 0: end of life or a deliberate _exit; 137: SIGKILL (chaos or hang).
+            if code != 0 && code != 128 + libc::SIGKILL {
+                crashes.push(format!(
+                    "worker slot {} generation {} (pid {pid}) ended with status {code}; replay its sequence with \
+                     seed {:#x}",
+                    l.slot, l.generation, cfg.seed
+                ));
+            }
+            if stopped_at.is_none() {
+                generations[l.slot] += 1;
+                if let Some(n) = spawn(&cfg, shm, l.slot, generations[l.slot]) {
+                    live.push(n);
+                    spawned += 1;
+                }
+            }
+        }
+        let now = Instant::now();
+        let total = shm.total_ops.load(Ordering::Relaxed);
+        if stopped_at.is_none() && (total >= cfg.ops || t0.elapsed().as_secs_f64() >= cfg.seconds) {
+            stopped_by = if total >= cfg.ops { "ops" } else { "time" };
+            shm.stop.store(1, Ordering::SeqCst);
+            stopped_at = Some(now);
+        }
+        if stopped_at.is_some() && live.is_empty() {
+            break;
+        }
+        if let Some(s) = stopped_at {
+            if now.duration_since(s) > grace {
+                for l in &live {
+                    hangs.push(format!(
+                        "worker slot {} (pid {}) did not stop within {grace:?}: {}",
+                        l.slot,
+                        l.pid,
+                        task_report(l.pid)
+                    ));
+                    // SAFETY: kill on our own child.
+                    unsafe { libc::kill(l.pid, libc::SIGKILL) };
+                }
+                std::thread::sleep(Duration::from_millis(500));
+                break;
+            }
+        }
+        // Hangs: an op in progress for too long.
+        let now_ms = shm::now_ms();
+        for l in &live {
+            for (t, ts) in shm.slots[l.slot].threads.iter().enumerate().take(cfg.threads) {
+                let op = ts.in_op.load(Ordering::Relaxed);
+                let hb = ts.heartbeat_ms.load(Ordering::Relaxed);
+                if op != 0 && now_ms.saturating_sub(hb) as f64 > cfg.hang_s * 1000.0 {
+                    let detail = ts.detail.load(Ordering::Relaxed);
+                    hangs.push(format!(
+                        "worker slot {} (pid {}) thread {t} stuck in {} ({detail:#x}) for {} s: {}",
+                        l.slot,
+                        l.pid,
+                        OP_NAMES.get(op as usize - 1).unwrap_or(&"?"),
+                        (now_ms - hb) / 1000,
+                        task_report(l.pid)
+                    ));
+                    ts.in_op.store(0, Ordering::Relaxed);
+                    // SAFETY: kill on our own child.
+                    unsafe { libc::kill(l.pid, libc::SIGKILL) };
+                }
+            }
+        }
+        if let Some(at) = next_chaos {
+            if now >= at && stopped_at.is_none() && !live.is_empty() {
+                let victim = &live[chaos.below(live.len() as u64) as usize];
+                // SAFETY: kill on our own child.
+                unsafe { libc::kill(victim.pid, libc::SIGKILL) };
+                chaos_kills += 1;
+                next_chaos =
+                    Some(now + Duration::from_secs_f64(cfg.chaos_s * (0.5 + chaos.below(1000) as f64 / 1000.0)));
+            }
+        }
+        if let Some(k) = kmsg.as_mut() {
+            log.add(&k.read_new());
+        }
+        if now.duration_since(last_progress) > Duration::from_secs(10) {
+            last_progress = now;
+            eprintln!("binder-fuzz: {total} ops after {:.0} s", t0.elapsed().as_secs_f64());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let elapsed = t0.elapsed();
+    let total = shm.total_ops.load(Ordering::Relaxed);
+
+    // Leaks: every worker's binder state must go away.
+    let t_rel = Instant::now();
+    let release_wait = Duration::from_secs_f64(30.0 * scale);
+    let leftover = loop {
+        let st = Stats::read().unwrap_or_default();
+        let extra: Vec<_> = st.procs.iter().filter(|p| !baseline.contains(&p.pid)).cloned().collect();
+        if extra.is_empty() || t_rel.elapsed() > release_wait {
+            break extra;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let after = Stats::read().unwrap_or_default();
+    let mem_after = meminfo();
+    kmsg::mark("binder-fuzz: end");
+    if let Some(k) = kmsg.as_mut() {
+        log.add(&k.read_new());
+        log.lost = k.lost;
+    }
+    let splats = log.splats.clone();
+
+    let undecodable = shm.stats[shm::stat::UNDECODABLE].load(Ordering::Relaxed);
+    let mut problems = crashes.clone();
+    problems.extend(hangs.iter().cloned());
+    if undecodable > 0 {
+        problems.push(format!("{undecodable} read buffer(s) held returns that do not decode"));
+    }
+    if total == 0 {
+        problems.push("no operation ran".into());
+    }
+    let data = json!({
+        "seed": format!("{:#x}", cfg.seed),
+        "ops": total,
+        "target_ops": cfg.ops,
+        "stopped_by": stopped_by,
+        "elapsed_s": (elapsed.as_secs_f64() * 10.0).round() / 10.0,
+        "ops_per_s": (total as f64 / elapsed.as_secs_f64()).round(),
+        "procs": cfg.procs,
+        "threads": cfg.threads,
+        "binder_fds": cfg.binder_fds,
+        "workers_spawned": spawned,
+        "chaos_kills": chaos_kills,
+        "worker_exit_statuses": exits.iter().map(|(k, v)| (k.to_string(), json!(v))).collect::<serde_json::Map<_, _>>(),
+        "op_counts": counters(&shm.op_counts[..N_OPS], OP_NAMES),
+        "outcomes": counters(&shm.stats[..N_STATS], STAT_NAMES),
+        "replay": format!("cargo make fuzz --append binder_fuzz.seed={:#x} --append binder_fuzz.ops={}", cfg.seed, cfg.ops),
+    });
+    let ok = problems.is_empty();
+    report(
+        "fuzz",
+        if ok { Status::Pass } else { Status::Fail },
+        elapsed.as_secs_f64() * 1000.0,
+        (!ok).then(|| format!("seed {:#x}: {}", cfg.seed, problems.join("; "))),
+        data,
+    );
+
+    report(
+        "kernel_log",
+        if splats.is_empty() { Status::Pass } else { Status::Fail },
+        0.0,
+        (!splats.is_empty()).then(|| format!("seed {:#x}: kernel splat(s): {}", cfg.seed, splats.join(" | "))),
+        json!({"records": log.records, "warning_lines": log.warnings, "records_lost": log.lost,
+               "distinct_warnings_sample": log.distinct.iter().take(15).collect::<Vec<_>>(), "splats": splats}),
+    );
+
+    let (p, t, n, r, b) = after.totals();
+    let mem_delta: serde_json::Map<String, Value> = mem_after
+        .iter()
+        .map(|(k, v)| {
+            let unit = if k == "tasks" { "" } else { "_kb" };
+            (format!("{k}{unit}"), json!(v - mem_before.get(k).copied().unwrap_or(0)))
+        })
+        .collect();
+    report(
+        "leaks",
+        if leftover.is_empty() { Status::Pass } else { Status::Fail },
+        t_rel.elapsed().as_secs_f64() * 1000.0,
+        (!leftover.is_empty()).then(|| {
+            format!(
+                "seed {:#x}: binder state of {} worker process(es) still present {} s after they exited: {:?}",
+                cfg.seed,
+                leftover.len(),
+                release_wait.as_secs(),
+                leftover.iter().map(|p| (p.pid, p.threads, p.nodes, p.refs, p.buffers)).collect::<Vec<_>>()
+            )
+        }),
+        json!({"after": {"procs": p, "threads": t, "nodes": n, "refs": r, "buffers": b},
+               "release_ms": ms(t_rel.elapsed()), "meminfo_delta": mem_delta}),
+    );
+    let all_ok = ok && splats.is_empty() && leftover.is_empty();
+    std::process::exit(if all_ok { 0 } else { 1 });
+}
+
+/// What the kernel logged during the run.
+#[derive(Default)]
+struct LogWatch {
+    records: u64,
+    warnings: u64,
+    lost: u64,
+    /// Up to 64 distinct warning texts.
+    distinct: std::collections::BTreeSet<String>,
+    /// Up to 20 splat lines.
+    splats: Vec<String>,
+}
+
+impl LogWatch {
+    fn add(&mut self, recs: &[kmsg::Record]) {
+        self.records += recs.len() as u64;
+        for r in recs.iter().filter(|r| r.level <= 4) {
+            self.warnings += 1;
+            if self.distinct.len() < 64 {
+                self.distinct.insert(r.text.clone());
+            }
+        }
+        for s in kmsg::splats(recs) {
+            if self.splats.len() < 20 {
+                self.splats.push(s);
+            }
+        }
+    }
+}
+
+fn ms(d: Duration) -> f64 {
+    (d.as_secs_f64() * 1e6).round() / 1e3
+}

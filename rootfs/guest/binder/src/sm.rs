@@ -1,0 +1,127 @@
+//! A context manager on handle 0 with a name registry, like Android's servicemanager
+//! but minimal: `add` (name + binder object), `get` (name → handle object), `list`.
+//!
+//! The manager keeps a strong reference (BC_ACQUIRE) on every registered handle, as the
+//! reference that came with the `add` transaction goes away when its buffer is freed.
+
+use crate::looper::Looper;
+use crate::parcel::{Object, Parcel};
+use crate::{Binder, Device, Error, EventLog, Incoming, OpenOptions, Reply, Result};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+pub const SM_ADD: u32 = 1;
+pub const SM_GET: u32 = 2;
+pub const SM_LIST: u32 = 3;
+
+/// The running context manager: a looper thread on its own device.
+pub struct ServiceManager {
+    looper: Looper,
+    services: Arc<Mutex<BTreeMap<String, u32>>>,
+}
+
+impl ServiceManager {
+    /// Opens `path`, becomes the context manager (waiting up to `wait` for a previous
+    /// manager's release) and serves on one thread.
+    pub fn start(path: impl AsRef<Path>, wait: Duration, events: Option<EventLog>) -> Result<ServiceManager> {
+        let dev = Device::open_with(path, &OpenOptions::default())?;
+        dev.become_context_manager_retry(None, wait)?;
+        let services: Arc<Mutex<BTreeMap<String, u32>>> = Arc::default();
+        let s = services.clone();
+        let looper = Looper::spawn(dev, 1, events, move |b, inc| handle(b, inc, &s));
+        Ok(ServiceManager { looper, services })
+    }
+
+    /// Registered names and the manager's handles for them.
+    pub fn services(&self) -> BTreeMap<String, u32> {
+        self.services.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+
+    pub fn device(&self) -> &Arc<Device> {
+        self.looper.device()
+    }
+
+    pub fn stop(self) -> Result<()> {
+        self.looper.stop()
+    }
+}
+
+fn handle(b: &mut Binder, inc: &Incoming, services: &Mutex<BTreeMap<String, u32>>) -> Reply {
+    let r = (|| -> Result<Reply> {
+        let mut rd = inc.reader();
+        match inc.code {
+            SM_ADD => {
+                let name = rd.read_str()?;
+                let handle = match rd.read_object()? {
+                    Object::Handle { handle, .. } => handle,
+                    o => return Err(Error::Protocol(format!("add {name}: expected a handle, got {o:?}"))),
+                };
+                // Keep the node alive past this transaction's buffer.
+                b.acquire(handle)?;
+                let old = services.lock().map_err(|_| Error::Protocol("poisoned".into()))?.insert(name, handle);
+                if let Some(old) = old.filter(|&o| o != handle) {
+                    b.release(old)?;
+                }
+                Ok(Reply::status(0))
+            }
+            SM_GET => {
+                let name = rd.read_str()?;
+                let h = services.lock().map_err(|_| Error::Protocol("poisoned".into()))?.get(&name).copied();
+                Ok(match h {
+                    Some(h) => {
+                        let mut p = Parcel::new();
+                        p.write_object(Object::handle(h));
+                        Reply::parcel(p)
+                    }
+                    None => Reply::status(-libc::ENOENT),
+                })
+            }
+            SM_LIST => {
+                let names: Vec<String> = services.lock().map(|s| s.keys().cloned().collect()).unwrap_or_default();
+                let mut p = Parcel::new();
+                p.write_u32(names.len() as u32);
+                for n in &names {
+                    p.write_str(n);
+                }
+                Ok(Reply::parcel(p))
+            }
+            _ => Ok(Reply::status(-libc::EINVAL)),
+        }
+    })();
+    r.unwrap_or_else(|_| Reply::status(-libc::EBADMSG))
+}
+
+/// Registers the local node (`ptr`, `cookie`) under `name` with the context manager.
+pub fn add_service(b: &mut Binder, name: &str, ptr: u64, cookie: u64) -> Result<()> {
+    let mut p = Parcel::new();
+    p.write_str(name).write_object(Object::binder(ptr, cookie));
+    match b.call(0, SM_ADD, &p) {
+        Err(Error::Status(0)) | Ok(_) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Looks `name` up and returns a handle with a strong reference owned by the caller
+/// (drop it with [`Binder::release`]).
+pub fn get_service(b: &mut Binder, name: &str) -> Result<u32> {
+    let mut p = Parcel::new();
+    p.write_str(name);
+    let reply = b.call_keep(0, SM_GET, &p, 0)?;
+    let h = reply.first_handle();
+    if let Ok(h) = h {
+        // BC_ACQUIRE before BC_FREE_BUFFER: the reply's own reference goes with the buffer.
+        b.queue(crate::protocol::Command::Acquire(h));
+    }
+    b.free_buffer(reply.buffer)?;
+    h
+}
+
+/// Names registered with the context manager.
+pub fn list_services(b: &mut Binder) -> Result<Vec<String>> {
+    let reply = b.call(0, SM_LIST, &Parcel::new())?;
+    let mut rd = reply.reader();
+    let n = rd.read_u32()?;
+    (0..n).map(|_| rd.read_str().map_err(Error::from)).collect()
+}

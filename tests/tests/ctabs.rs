@@ -1,0 +1,33 @@
+//! CTABS in the guest: pick counters per mode with pinned clients and servers, and mode
+//! switches under load, on the perf and the debug kernel (which must show no splat).
+
+use lab::run::{self, RunOpts};
+
+fn ctabs_run(flavor: &str) -> run::Outcome {
+    let o = RunOpts { plan: "ctabs".into(), flavor: flavor.into(), ..Default::default() };
+    let out = run::run(&o).unwrap();
+    assert!(out.ok(), "ctabs plan failed on {flavor}:\n{}", run::summary(&out));
+    out
+}
+
+fn share(o: &run::Outcome, mode: u32) -> f64 {
+    o.data(&format!("affinity_mode{mode}")).and_then(|d| d["local_share"].as_f64()).expect("local share")
+}
+
+#[test]
+fn scoring_keeps_picks_local_and_list_order_does_not() {
+    let o = ctabs_run("perf");
+    assert!(share(&o, 1) >= 0.95 && share(&o, 2) >= 0.95, "modes 1/2: {} {}", share(&o, 1), share(&o, 2));
+    assert!(share(&o, 0) < 0.95, "mode 0: {}", share(&o, 0));
+    // The nudge is counted either way: applied or skipped for a busy caller CPU.
+    let c = &o.data("affinity_mode2").unwrap()["counters"];
+    let nudges = c["nudge_applied"].as_u64().unwrap() + c["nudge_skipped_busy"].as_u64().unwrap();
+    assert!(nudges > 0, "mode 2 counted no nudge decision: {c}");
+}
+
+#[test]
+fn mode_switches_under_load_are_clean_on_the_debug_kernel() {
+    let o = ctabs_run("debug");
+    assert!(o.splats.is_empty(), "{:?}", o.splats);
+    assert!(o.data("toggle_under_load").unwrap()["calls"].as_u64().unwrap() > 0);
+}
