@@ -31,3 +31,19 @@ fn mode_switches_under_load_are_clean_on_the_debug_kernel() {
     assert!(o.splats.is_empty(), "{:?}", o.splats);
     assert!(o.data("toggle_under_load").unwrap()["calls"].as_u64().unwrap() > 0);
 }
+
+#[test]
+fn conformance_passes_in_ctabs_modes_1_and_2() {
+    // Mode 0 is the default, covered by tests/conformance.rs.
+    for mode in [1, 2] {
+        let o = RunOpts {
+            plan: "conformance".into(),
+            append: vec![format!("rust_binder.ctabs={mode}")],
+            ..Default::default()
+        };
+        let out = run::run(&o).unwrap();
+        assert!(out.ok(), "conformance failed in CTABS mode {mode}:\n{}", run::summary(&out));
+        let console = std::fs::read_to_string(out.dir.join("manifest.json")).unwrap();
+        assert!(console.contains(&format!("rust_binder.ctabs={mode}")));
+    }
+}
