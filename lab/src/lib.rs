@@ -2,6 +2,7 @@
 //! CLI, and the end-to-end tests in tests/ drive it directly.
 
 pub mod apt;
+pub mod bench;
 pub mod console;
 pub mod driver_check;
 pub mod kconfig;
@@ -9,6 +10,7 @@ pub mod kernel;
 pub mod kunit;
 pub mod lock;
 pub mod paths;
+pub mod plots;
 pub mod qemu;
 pub mod report;
 pub mod run;

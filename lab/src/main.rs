@@ -43,6 +43,16 @@ enum Cmd {
     Test,
     /// Clippy, rustfmtcheck and checkpatch over rust-driver/.
     DriverCheck,
+    /// Seed 000's benchmarks under CTABS modes 0, 1, 2 (interleaved, one boot) with CIs.
+    Bench {
+        #[arg(long, value_enum, default_value = "full")]
+        profile: lab::bench::Profile,
+        /// Repetitions per mode.
+        #[arg(long, default_value_t = 5)]
+        reps: usize,
+        #[command(flatten)]
+        run: RunArgs,
+    },
 }
 
 #[derive(clap::Args)]
@@ -137,6 +147,12 @@ fn run(cmd: Cmd) -> Result<()> {
         Cmd::Fuzz(args) => suite(&args, "fuzz"),
         Cmd::Test => lab::testall::run(),
         Cmd::DriverCheck => lab::driver_check::run(),
+        Cmd::Bench { profile, reps, run } => {
+            if !lab::bench::run(profile, reps, &run.opts("bench"))? {
+                std::process::exit(1);
+            }
+            Ok(())
+        }
         Cmd::DriverReset => {
             let t = prepared_tree(&cache)?;
             tree::reset(&t, &tree::Series::load(&paths::driver_dir())?)?;

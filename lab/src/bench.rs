@@ -1,0 +1,360 @@
+//! `lab bench`: seed 000's workloads under CTABS modes 0, 1 and 2, interleaved in one boot
+//! (A B C A B C ...), summarised as medians with 95% bootstrap CIs and Δ% against Baseline.
+
+use crate::stats::{self, Estimate};
+use anyhow::{Context, Result};
+use labproto::{Event, Plan, Step};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+pub const MODES: [u32; 3] = [0, 1, 2];
+pub const MODE_NAMES: [&str; 3] = ["Baseline", "Patch 1/2", "Patch 2/2"];
+
+/// How much work one repetition does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Profile {
+    /// About two minutes: checks the report's shape (used by `cargo make test`).
+    Quick,
+    /// The default benchmark, sized to finish in about 15 minutes here.
+    Full,
+}
+
+struct Workload {
+    bench: &'static str,
+    program: &'static str,
+    quick: &'static [&'static str],
+    full: &'static [&'static str],
+}
+
+const WORKLOADS: &[Workload] = &[
+    Workload {
+        bench: "throughput",
+        program: "/bin/binder-throughput",
+        quick: &["-w", "2", "-i", "1000"],
+        full: &["-w", "8", "-i", "3000"],
+    },
+    Workload { bench: "tiers", program: "/bin/binder-tiers", quick: &["-i", "300"], full: &["-i", "2000"] },
+];
+
+/// The plan: every workload under every mode, interleaved, `reps` times.
+pub fn plan(profile: Profile, reps: usize) -> Plan {
+    let mut steps = vec![];
+    for r in 0..reps {
+        for w in WORKLOADS {
+            for m in MODES {
+                let mut argv = vec![w.program.to_string()];
+                argv.extend(
+                    match profile {
+                        Profile::Quick => w.quick,
+                        Profile::Full => w.full,
+                    }
+                    .iter()
+                    .map(|s| s.to_string()),
+                );
+                argv.extend(["--ctabs-mode".to_string(), m.to_string()]);
+                steps.push(Step { name: step_name(w.bench, m, r), argv, timeout_s: 600, env: Default::default() });
+            }
+        }
+    }
+    Plan { name: format!("bench-{}", if profile == Profile::Quick { "quick" } else { "full" }), steps, shell: false }
+}
+
+fn step_name(bench: &str, mode: u32, rep: usize) -> String {
+    format!("{bench}-m{mode}-r{rep}")
+}
+
+/// (bench, mode) from a step name.
+fn parse_step(step: &str) -> Option<(&str, u32)> {
+    let mut it = step.rsplitn(3, '-');
+    let _rep = it.next()?.strip_prefix('r')?;
+    let mode = it.next()?.strip_prefix('m')?.parse().ok()?;
+    Some((it.next()?, mode))
+}
+
+/// metric -> mode -> one sample per repetition.
+pub type Samples = BTreeMap<String, BTreeMap<u32, Vec<f64>>>;
+
+/// Flattens each benchmark result's numbers into named metrics.
+pub fn collect(events: &[Event]) -> Samples {
+    let mut out: Samples = BTreeMap::new();
+    let mut put = |metric: String, mode: u32, v: Option<f64>| {
+        if let Some(v) = v.filter(|v| v.is_finite()) {
+            out.entry(metric).or_default().entry(mode).or_default().push(v);
+        }
+    };
+    for e in events {
+        let Event::Result { step, case, data, .. } = e else { continue };
+        let Some((bench, mode)) = parse_step(step) else { continue };
+        match (bench, case.as_str()) {
+            ("throughput", "throughput") => {
+                for k in ["iterations_per_sec", "avg_ms", "p50_ms", "p99_ms", "worst_ms"] {
+                    put(format!("throughput.{k}"), mode, data[k].as_f64());
+                }
+                if let Some(c) = data["counters"].as_object() {
+                    for (k, v) in c {
+                        put(format!("throughput.counters.{k}"), mode, v.as_f64());
+                    }
+                }
+            }
+            ("tiers", "tiers") => {
+                let Some(classes) = data["classes"].as_object() else { continue };
+                for (class, tiers) in classes {
+                    let Some(tiers) = tiers.as_object() else { continue };
+                    for (tier, v) in tiers {
+                        for k in ["avg_ms", "pct", "count"] {
+                            put(format!("tiers.{class}.{tier}.{k}"), mode, v[k].as_f64());
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Median and CI per mode, and Δ% against mode 0, for one metric.
+#[derive(Clone, Debug, Serialize)]
+pub struct Row {
+    pub per_mode: BTreeMap<u32, Estimate>,
+    pub delta_pct: BTreeMap<u32, Estimate>,
+}
+
+pub fn summarise(samples: &Samples) -> BTreeMap<String, Row> {
+    samples
+        .iter()
+        .map(|(metric, by_mode)| {
+            let per_mode = by_mode.iter().filter_map(|(m, v)| Some((*m, stats::median_ci(v)?))).collect();
+            let base = by_mode.get(&0);
+            let delta_pct = by_mode
+                .iter()
+                .filter(|(m, _)| **m != 0)
+                .filter_map(|(m, v)| Some((*m, stats::delta_pct_ci(base?, v)?)))
+                .collect();
+            (metric.clone(), Row { per_mode, delta_pct })
+        })
+        .collect()
+}
+
+fn cell(rows: &BTreeMap<String, Row>, metric: &str, mode: u32, digits: usize, unit: &str) -> String {
+    match rows.get(metric).and_then(|r| r.per_mode.get(&mode)) {
+        Some(e) => format!("{:.d$}{unit} [{:.d$}, {:.d$}]", e.value, e.lo, e.hi, d = digits),
+        None => "n/a".into(),
+    }
+}
+
+fn delta(rows: &BTreeMap<String, Row>, metric: &str, mode: u32) -> String {
+    match rows.get(metric).and_then(|r| r.delta_pct.get(&mode)) {
+        Some(e) => format!("{:+.1}% [{:+.1}, {:+.1}]", e.value, e.lo, e.hi),
+        None => "n/a".into(),
+    }
+}
+
+const TIERS: [(&str, &str); 3] =
+    [("same_core", "Same-core"), ("same_cluster", "Same-cluster"), ("cross_cluster", "Cross-cluster")];
+const CLASSES: [(&str, &str); 2] = [("fifo", "SCHED_FIFO"), ("other", "Normal")];
+
+/// Seed 000's tiered-latency table: class × tier, average latency and share per mode.
+pub fn tiers_table(rows: &BTreeMap<String, Row>) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{:<11} {:<14} {:>28} {:>28} {:>28} {:>24} {:>24}",
+        "Class", "Tier", MODE_NAMES[0], MODE_NAMES[1], MODE_NAMES[2], "Δ P1/2", "Δ P2/2"
+    );
+    for (class, cname) in CLASSES {
+        for (i, (tier, tname)) in TIERS.iter().enumerate() {
+            let m = format!("tiers.{class}.{tier}.avg_ms");
+            let _ = writeln!(
+                s,
+                "{:<11} {:<14} {:>28} {:>28} {:>28} {:>24} {:>24}",
+                if i == 0 { cname } else { "" },
+                tname,
+                cell(rows, &m, 0, 3, " ms"),
+                cell(rows, &m, 1, 3, " ms"),
+                cell(rows, &m, 2, 3, " ms"),
+                delta(rows, &m, 1),
+                delta(rows, &m, 2)
+            );
+            let p = format!("tiers.{class}.{tier}.pct");
+            let _ = writeln!(
+                s,
+                "{:<11} {:<14} {:>28} {:>28} {:>28}",
+                "",
+                "  share",
+                cell(rows, &p, 0, 1, "%"),
+                cell(rows, &p, 1, 1, "%"),
+                cell(rows, &p, 2, 1, "%")
+            );
+        }
+    }
+    s
+}
+
+/// Seed 000's binderThroughputTest table.
+pub fn throughput_table(rows: &BTreeMap<String, Row>) -> String {
+    let metrics: [(&str, &str, usize, &str); 9] = [
+        ("Throughput", "throughput.iterations_per_sec", 0, "/s"),
+        ("Avg latency", "throughput.avg_ms", 3, " ms"),
+        ("p50 latency", "throughput.p50_ms", 3, " ms"),
+        ("p99 latency", "throughput.p99_ms", 3, " ms"),
+        ("CPU cycles", "throughput.counters.cycles", 0, ""),
+        ("Instructions", "throughput.counters.instructions", 0, ""),
+        ("Task clock", "throughput.counters.task_clock_ns", 0, " ns"),
+        ("CPU migrations", "throughput.counters.cpu_migrations", 0, ""),
+        ("Ctx switches", "throughput.counters.context_switches", 0, ""),
+    ];
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{:<15} {:>30} {:>30} {:>30} {:>24} {:>24}",
+        "Metric", MODE_NAMES[0], MODE_NAMES[1], MODE_NAMES[2], "Δ P1/2", "Δ P2/2"
+    );
+    for (name, m, d, unit) in metrics {
+        let _ = writeln!(
+            s,
+            "{:<15} {:>30} {:>30} {:>30} {:>24} {:>24}",
+            name,
+            cell(rows, m, 0, d, unit),
+            cell(rows, m, 1, d, unit),
+            cell(rows, m, 2, d, unit),
+            delta(rows, m, 1),
+            delta(rows, m, 2)
+        );
+    }
+    for name in ["Cache refs", "Cache misses"] {
+        let _ = writeln!(s, "{name:<15} not measurable here: TCG models no caches");
+    }
+    s
+}
+
+#[derive(Serialize)]
+struct ResultsFile<'a> {
+    profile: Profile,
+    reps: usize,
+    modes: [&'static str; 3],
+    metrics: &'a BTreeMap<String, Row>,
+    samples: &'a Samples,
+}
+
+/// Per-call latencies (ms) of the throughput runs, pooled per mode, for the CDF plot.
+fn latency_samples(events: &[Event]) -> BTreeMap<u32, Vec<f64>> {
+    let mut out: BTreeMap<u32, Vec<f64>> = BTreeMap::new();
+    for e in events {
+        let Event::Result { step, case, data, .. } = e else { continue };
+        let Some(("throughput", mode)) = parse_step(step) else { continue };
+        if case == "throughput" {
+            if let Some(v) = data["samples_ms"].as_array() {
+                out.entry(mode).or_default().extend(v.iter().filter_map(|x| x.as_f64()));
+            }
+        }
+    }
+    out
+}
+
+/// Writes results.json, report.md and the SVG plots into `dir`; returns the report text.
+pub fn write_report(dir: &Path, profile: Profile, reps: usize, events: &[Event]) -> Result<String> {
+    let samples = &collect(events);
+    let rows = summarise(samples);
+    crate::plots::write_all(dir, samples, &rows, &latency_samples(events))?;
+    let json =
+        serde_json::to_string_pretty(&ResultsFile { profile, reps, modes: MODE_NAMES, metrics: &rows, samples })?;
+    std::fs::write(dir.join("results.json"), json).context("writing results.json")?;
+    let text = format!(
+        "# Seed 000 on the emulated SA8155P\n\nMedian [95% bootstrap CI] over {reps} interleaved repetitions per mode.\n\n## Tiered latency (schd-dbg style)\n\n```\n{}```\n\n![tiers](tiers-other.svg)\n\n## binderThroughputTest\n\n```\n{}```\n\n![throughput](throughput.svg) ![latency CDF](latency-cdf.svg)\n",
+        tiers_table(&rows),
+        throughput_table(&rows)
+    );
+    std::fs::write(dir.join("report.md"), &text).context("writing report.md")?;
+    Ok(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use labproto::Status;
+    use serde_json::json;
+
+    fn result(step: &str, case: &str, data: serde_json::Value) -> Event {
+        Event::Result {
+            step: step.into(),
+            case: case.into(),
+            status: Status::Pass,
+            duration_ms: 0.0,
+            message: None,
+            data,
+        }
+    }
+
+    #[test]
+    fn plan_interleaves_modes() {
+        let p = plan(Profile::Quick, 2);
+        let names: Vec<&str> = p.steps.iter().map(|s| s.name.as_str()).take(4).collect();
+        assert_eq!(names, ["throughput-m0-r0", "throughput-m1-r0", "throughput-m2-r0", "tiers-m0-r0"]);
+        assert_eq!(p.steps.len(), 2 * WORKLOADS.len() * 3);
+        assert!(p.steps[1].argv.ends_with(&["--ctabs-mode".to_string(), "1".to_string()]));
+        assert_eq!(parse_step("throughput-m2-r10"), Some(("throughput", 2)));
+        assert_eq!(parse_step("smoke"), None);
+    }
+
+    #[test]
+    fn tables_have_every_row_and_deltas() {
+        let mut ev = vec![];
+        for r in 0..5 {
+            for m in MODES {
+                let tput = 1000.0 + 100.0 * m as f64 + r as f64;
+                ev.push(result(
+                    &step_name("throughput", m, r),
+                    "throughput",
+                    json!({"iterations_per_sec": tput, "avg_ms": 1.0, "p50_ms": 0.9, "p99_ms": 2.0, "worst_ms": 3.0,
+                           "samples_ms": [0.5, 0.9, 1.0, 2.0],
+                           "counters": {"cpu_migrations": 10.0 + m as f64, "context_switches": 100.0, "cycles": null}}),
+                ));
+                let tier = json!({"count": 10, "pct": 33.3, "avg_ms": 0.1 + 0.01 * m as f64});
+                ev.push(result(
+                    &step_name("tiers", m, r),
+                    "tiers",
+                    json!({"classes": {"fifo": {"same_core": tier, "same_cluster": tier, "cross_cluster": tier},
+                                       "other": {"same_core": tier, "same_cluster": tier, "cross_cluster": tier}}}),
+                ));
+            }
+        }
+        let rows = summarise(&collect(&ev));
+        let t = throughput_table(&rows);
+        assert!(t.contains("Throughput") && t.contains("+10.0%") && t.contains("+20.0%"), "{t}");
+        // A counter the PMU does not provide shows n/a, never 0.
+        assert!(t.lines().find(|l| l.starts_with("CPU cycles")).unwrap().contains("n/a"), "{t}");
+        assert!(t.contains("not measurable here"));
+        let tt = tiers_table(&rows);
+        assert_eq!(tt.lines().count(), 1 + 2 * 3 * 2, "{tt}");
+        assert!(tt.contains("SCHED_FIFO") && tt.contains("Cross-cluster") && tt.contains("0.110 ms"), "{tt}");
+        let d = tempfile::tempdir().unwrap();
+        write_report(d.path(), Profile::Quick, 5, &ev).unwrap();
+        for svg in ["throughput.svg", "latency-cdf.svg", "tiers-other.svg"] {
+            let text = std::fs::read_to_string(d.path().join(svg)).unwrap();
+            assert!(text.starts_with("<svg") && text.contains("</svg>"), "{svg}");
+        }
+        let v: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(d.path().join("results.json")).unwrap()).unwrap();
+        assert!(v["metrics"]["throughput.iterations_per_sec"]["per_mode"]["2"]["value"].as_f64().unwrap() > 1000.0);
+    }
+}
+
+/// Boots once, runs the interleaved plan, prints both seed tables and writes the report.
+pub fn run(profile: Profile, reps: usize, base: &crate::run::RunOpts) -> Result<bool> {
+    let plan = plan(profile, reps);
+    let dir = crate::paths::repo().join("target/lab/plans");
+    std::fs::create_dir_all(&dir)?;
+    let path = dir.join(format!("{}-{reps}-{}.toml", plan.name, std::process::id()));
+    std::fs::write(&path, toml::to_string(&plan)?)?;
+    let opts = crate::run::RunOpts { plan: path.display().to_string(), name: plan.name.clone(), ..base.clone() };
+    let outcome = crate::run::run(&opts)?;
+    let _ = std::fs::remove_file(&path);
+    let text = write_report(&outcome.dir, profile, reps, &outcome.events)?;
+    println!("{text}");
+    print!("{}", crate::run::summary(&outcome));
+    Ok(outcome.ok())
+}
