@@ -333,6 +333,11 @@ mod tests {
         assert!(tt.contains("SCHED_FIFO") && tt.contains("Cross-cluster") && tt.contains("0.110 ms"), "{tt}");
         let d = tempfile::tempdir().unwrap();
         write_report(d.path(), Profile::Quick, 5, &ev).unwrap();
+        if let Some(keep) = std::env::var_os("LAB_KEEP_PLOTS") {
+            for f in ["throughput.svg", "latency-cdf.svg", "tiers-other.svg"] {
+                std::fs::copy(d.path().join(f), std::path::Path::new(&keep).join(f)).unwrap();
+            }
+        }
         for svg in ["throughput.svg", "latency-cdf.svg", "tiers-other.svg"] {
             let text = std::fs::read_to_string(d.path().join(svg)).unwrap();
             assert!(text.starts_with("<svg") && text.contains("</svg>"), "{svg}");
