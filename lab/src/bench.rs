@@ -349,7 +349,8 @@ mod tests {
 }
 
 /// Boots once, runs the interleaved plan, prints both seed tables and writes the report.
-pub fn run(profile: Profile, reps: usize, base: &crate::run::RunOpts) -> Result<bool> {
+/// Returns whether the run passed, and its directory.
+pub fn run(profile: Profile, reps: usize, base: &crate::run::RunOpts) -> Result<(bool, std::path::PathBuf)> {
     let plan = plan(profile, reps);
     let dir = crate::paths::repo().join("target/lab/plans");
     std::fs::create_dir_all(&dir)?;
@@ -361,5 +362,5 @@ pub fn run(profile: Profile, reps: usize, base: &crate::run::RunOpts) -> Result<
     let text = write_report(&outcome.dir, profile, reps, &outcome.events)?;
     println!("{text}");
     print!("{}", crate::run::summary(&outcome));
-    Ok(outcome.ok())
+    Ok((outcome.ok(), outcome.dir))
 }

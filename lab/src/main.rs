@@ -148,7 +148,7 @@ fn run(cmd: Cmd) -> Result<()> {
         Cmd::Test => lab::testall::run(),
         Cmd::DriverCheck => lab::driver_check::run(),
         Cmd::Bench { profile, reps, run } => {
-            if !lab::bench::run(profile, reps, &run.opts("bench"))? {
+            if !lab::bench::run(profile, reps, &run.opts("bench"))?.0 {
                 std::process::exit(1);
             }
             Ok(())

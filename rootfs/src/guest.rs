@@ -16,7 +16,16 @@ pub const GUEST_LINKER: &str = "aarch64-linux-gnu-gcc";
 pub const STATIC_LIBC: &str = "/usr/aarch64-linux-gnu/lib/libc.a";
 pub const GUEST_RUSTFLAGS: &str = "-C target-feature=+crt-static";
 /// Step programs built besides init, installed as /bin/NAME.
-pub const GUEST_PROGRAMS: &[&str] = &["topology", "binder-smoke", "binder-conformance", "binder-fuzz", "ctabs-check"];
+pub const GUEST_PROGRAMS: &[&str] = &[
+    "topology",
+    "binder-smoke",
+    "binder-conformance",
+    "binder-fuzz",
+    "ctabs-check",
+    "binder-throughput",
+    "binder-tiers",
+    "binder-sendvec",
+];
 const CROSS_FIX: &str = "install gcc-aarch64-linux-gnu libc6-dev-arm64-cross (cargo make setup does this)";
 
 /// The guest workspace in this source tree.

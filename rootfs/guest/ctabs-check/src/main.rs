@@ -75,7 +75,8 @@ fn tier(a: u32, b: u32, cl: &[i64]) -> Tier {
 }
 
 fn set_mode(m: u32) -> Result<()> {
-    std::fs::write(MODE_FILE, format!("{m}\n")).map_err(|e| format!("{MODE_FILE}: {e} (is this the Rust binder with CTABS?)"))
+    std::fs::write(MODE_FILE, format!("{m}\n"))
+        .map_err(|e| format!("{MODE_FILE}: {e} (is this the Rust binder with CTABS?)"))
 }
 
 /// ctabs_stats as mode -> counter name -> value.
@@ -93,10 +94,17 @@ fn read_stats() -> Result<BTreeMap<u32, BTreeMap<String, u64>>> {
     Ok(out)
 }
 
-fn stats_delta(before: &BTreeMap<u32, BTreeMap<String, u64>>, after: &BTreeMap<u32, BTreeMap<String, u64>>, mode: u32) -> BTreeMap<String, u64> {
+fn stats_delta(
+    before: &BTreeMap<u32, BTreeMap<String, u64>>,
+    after: &BTreeMap<u32, BTreeMap<String, u64>>,
+    mode: u32,
+) -> BTreeMap<String, u64> {
     let empty = BTreeMap::new();
     let b = before.get(&mode).unwrap_or(&empty);
-    after.get(&mode).map(|a| a.iter().map(|(k, v)| (k.clone(), v - b.get(k).copied().unwrap_or(0))).collect()).unwrap_or_default()
+    after
+        .get(&mode)
+        .map(|a| a.iter().map(|(k, v)| (k.clone(), v - b.get(k).copied().unwrap_or(0))).collect())
+        .unwrap_or_default()
 }
 
 /// Same-CPU plus same-cluster picks over all picks with a waiting thread.
@@ -219,7 +227,10 @@ struct ClientStats {
 
 impl ClientStats {
     fn line(&self) -> String {
-        format!("{} {} {} {} {} {}\n", self.calls, self.errors, self.same_cpu, self.same_cluster, self.cross, self.total_ns)
+        format!(
+            "{} {} {} {} {} {}\n",
+            self.calls, self.errors, self.same_cpu, self.same_cluster, self.cross, self.total_ns
+        )
     }
 
     fn parse(l: &str) -> Option<ClientStats> {
@@ -368,7 +379,12 @@ fn affinity(a: &Args) -> Result<bool> {
             &format!("affinity_mode{m}"),
             if pass { Status::Pass } else { Status::Fail },
             t.elapsed().as_secs_f64() * 1000.0,
-            (!pass).then(|| format!("mode {m}: local share {share:?} (need {LOCAL_SHARE_MIN} for modes 1-2), {} errors", seen.errors)),
+            (!pass).then(|| {
+                format!(
+                    "mode {m}: local share {share:?} (need {LOCAL_SHARE_MIN} for modes 1-2), {} errors",
+                    seen.errors
+                )
+            }),
             json!({ "mode": m, "counters": d, "local_share": share, "client_view": seen.json(),
                     "server_cpus": a.list("server-cpus", "0,1,2,3,4,5,6,7"), "client_cpus": a.list("client-cpus", "1,5,7") }),
         );

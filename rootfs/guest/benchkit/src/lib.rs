@@ -1,0 +1,139 @@
+//! Helpers shared by the guest benchmark programs (`binder-throughput`, `binder-tiers`,
+//! `binder-sendvec`): latency statistics in the AOSP binderThroughputTest format,
+//! Google-Benchmark-shaped rows, tier classification, system-wide perf counters, the CTABS
+//! debugfs files, forked workers talking over pipes and a small argument parser.
+//! Everything except [`counters`], [`ctabs`] I/O and [`proc`] is pure and tested on the host.
+
+pub mod counters;
+pub mod ctabs;
+pub mod proc;
+pub mod stats;
+
+use std::collections::BTreeMap;
+
+/// Command-line options: `-k value`, `--key value` and boolean flags.
+#[derive(Debug, Default)]
+pub struct Args {
+    values: BTreeMap<String, String>,
+    flags: Vec<String>,
+}
+
+impl Args {
+    /// Parses `argv` (without the program name). Names in `flags` take no value.
+    pub fn parse<I: IntoIterator<Item = String>>(argv: I, flags: &[&str]) -> Result<Args, String> {
+        let mut a = Args::default();
+        let mut it = argv.into_iter();
+        while let Some(k) = it.next() {
+            let name = k.trim_start_matches('-').to_string();
+            if !k.starts_with('-') || name.is_empty() {
+                return Err(format!("unexpected argument {k:?}"));
+            }
+            if flags.contains(&name.as_str()) {
+                a.flags.push(name);
+            } else {
+                let v = it.next().ok_or_else(|| format!("{k} requires an argument"))?;
+                a.values.insert(name, v);
+            }
+        }
+        Ok(a)
+    }
+
+    pub fn flag(&self, k: &str) -> bool {
+        self.flags.iter().any(|f| f == k)
+    }
+
+    pub fn has(&self, k: &str) -> bool {
+        self.values.contains_key(k)
+    }
+
+    /// The value of `k` parsed as `T`, `default` when absent.
+    pub fn get<T: std::str::FromStr>(&self, k: &str, default: T) -> Result<T, String> {
+        match self.values.get(k) {
+            None => Ok(default),
+            Some(v) => v.parse().map_err(|_| format!("bad value {v:?} for -{k}")),
+        }
+    }
+}
+
+/// Counters and CTABS statistics around one benchmark run.
+pub struct Measure {
+    counters: counters::Counters,
+    ctabs_before: Option<std::collections::BTreeMap<String, BTreeMap<String, u64>>>,
+}
+
+impl Measure {
+    pub fn start() -> Measure {
+        let ctabs_before = ctabs::snapshot();
+        Measure { counters: counters::Counters::start(), ctabs_before }
+    }
+
+    /// Stops counting; adds "counters", "counter_errors" and "ctabs_stats_delta" to `data`
+    /// and prints the counters on the console.
+    pub fn finish(self, data: &mut serde_json::Value) {
+        let (c, errors) = self.counters.stop();
+        let delta = ctabs::delta(&self.ctabs_before, &ctabs::snapshot());
+        println!("counters: {}", counters::summary_line(&c));
+        if let Some(o) = data.as_object_mut() {
+            o.insert("counters".into(), c);
+            o.insert("counter_errors".into(), serde_json::json!(errors));
+            o.insert("ctabs_stats_delta".into(), delta);
+        }
+    }
+}
+
+/// Applies `--ctabs-mode N` if given (a missing mode file is ignored, with a note).
+pub fn apply_ctabs_mode(a: &Args) -> Result<Option<u32>, String> {
+    if !a.has("ctabs-mode") {
+        return Ok(None);
+    }
+    let m: u32 = a.get("ctabs-mode", 0)?;
+    if !ctabs::set_mode(m)? {
+        println!("note: {} is absent, --ctabs-mode {m} ignored", ctabs::MODE_FILE);
+        return Ok(None);
+    }
+    Ok(Some(m))
+}
+
+/// The CPU the calling thread runs on.
+pub fn cpu_now() -> u32 {
+    // SAFETY: sched_getcpu has no preconditions.
+    unsafe { libc::sched_getcpu() as u32 }
+}
+
+/// The `main` of every benchmark: arm a watchdog, parse the arguments (`flags` take no value),
+/// run, and turn the outcome into the exit code (1: failed, 2: could not run, reported as
+/// `case`).
+pub fn main(case: &str, flags: &[&str], run: impl FnOnce(&Args) -> Result<bool, String>) -> ! {
+    // SAFETY: alarm has no preconditions; SIGALRM's default action ends a stuck run.
+    unsafe { libc::alarm(3600) };
+    match Args::parse(std::env::args().skip(1), flags).and_then(|a| run(&a)) {
+        Ok(true) => std::process::exit(0),
+        Ok(false) => std::process::exit(1),
+        Err(e) => {
+            labproto::report(case, labproto::Status::Fail, 0.0, Some(e), serde_json::Value::Null);
+            std::process::exit(2);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn argv(s: &str) -> Vec<String> {
+        s.split_whitespace().map(String::from).collect()
+    }
+
+    #[test]
+    fn parses_values_and_flags() {
+        let a = Args::parse(argv("-w 4 -p --ctabs-mode 1 -i 200"), &["p", "t"]).unwrap();
+        assert_eq!(a.get("w", 2u32).unwrap(), 4);
+        assert_eq!(a.get("i", 0u64).unwrap(), 200);
+        assert_eq!(a.get("ctabs-mode", 0u32).unwrap(), 1);
+        assert_eq!(a.get("s", 7usize).unwrap(), 7);
+        assert!(a.flag("p") && !a.flag("t"));
+        assert!(Args::parse(argv("-w"), &[]).is_err());
+        assert!(Args::parse(argv("x"), &[]).is_err());
+        assert!(Args::parse(argv("-w x"), &[]).unwrap().get("w", 1u32).is_err());
+    }
+}

@@ -1,0 +1,239 @@
+//! Port of AOSP's binderThroughputTest (frameworks/native/libs/binder/tests): `-w` worker
+//! processes each serve a NOP service registered with a small service manager and each make
+//! `-i` synchronous calls to another worker (chosen at random, seeded per worker, or its
+//! pair partner with `-p`), timing every call. The parent gathers the latencies over pipes
+//! and prints the original's lines, then one `throughput` result.
+//!
+//! Options: `-w N` (2), `-i N` (10000), `-s BYTES` (0), `-p` (client/server pairs), `-t`
+//! (a training round first), `--threads N` looper threads per worker (2),
+//! `--ctabs-mode N`.
+
+use benchkit::proc::{fork, Chan, Child};
+use benchkit::stats::{fmt_g, subsample_ms, Summary};
+use benchkit::{Args, Measure};
+use binder::sm::{self, ServiceManager};
+use binder::{looper::Looper, Binder, Device, Reply};
+use labproto::{report, Status};
+use serde_json::json;
+use std::time::{Duration, Instant};
+
+const DEVICE: &str = "/dev/binderfs/binder";
+const BINDER_NOP: u32 = 1;
+const SAMPLES_MAX: usize = 2000;
+
+struct Opts {
+    workers: usize,
+    iterations: usize,
+    payload: usize,
+    cs_pair: bool,
+    threads: usize,
+}
+
+fn service_name(i: usize) -> String {
+    format!("binderWorker{i}")
+}
+
+/// Which workers a worker calls: the first half in pair mode, all others otherwise.
+fn server_count(o: &Opts) -> usize {
+    if o.cs_pair {
+        o.workers / 2
+    } else {
+        o.workers
+    }
+}
+
+/// Seeded like the original's `srand(num)`: a per-worker stream.
+struct Lcg(u64);
+
+impl Lcg {
+    fn below(&mut self, n: usize) -> usize {
+        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        ((self.0 >> 33) as usize) % n
+    }
+}
+
+fn worker(num: usize, o: &Opts, p: &mut Chan) -> Result<(), String> {
+    let dev = Device::open(DEVICE).map_err(|e| format!("open: {e}"))?;
+    dev.set_max_threads(0).map_err(|e| e.to_string())?;
+    let _looper = Looper::spawn(dev.clone(), o.threads, None, |_, _| Reply::empty());
+    let mut b = Binder::from_device(dev);
+    sm::add_service(&mut b, &service_name(num), 0x1000 + num as u64, num as u64)
+        .map_err(|e| format!("add_service: {e}"))?;
+    let io = |e: std::io::Error| format!("pipe: {e}");
+    p.signal().map_err(io)?;
+    p.wait().map_err(io)?;
+
+    let servers = server_count(o);
+    println!("Created BinderWorker{num}");
+    let mut targets = vec![];
+    for i in (0..servers).filter(|&i| i != num) {
+        targets.push(sm::get_service(&mut b, &service_name(i)).map_err(|e| format!("get_service {i}: {e}"))?);
+    }
+    p.signal().map_err(io)?;
+    p.wait().map_err(io)?;
+
+    let mut times = Vec::with_capacity(o.iterations);
+    let mut rng = Lcg(num as u64);
+    let is_pair_server = o.cs_pair && num < servers;
+    if !is_pair_server && !targets.is_empty() {
+        let data = vec![0u8; o.payload / 4 * 4];
+        for i in 0..o.iterations {
+            // In pair mode worker num (>= servers) calls worker num % servers, which is
+            // targets[num % servers] as its own index is not among them.
+            let t = if o.cs_pair { num % servers } else { rng.below(targets.len()) };
+            let start = Instant::now();
+            let r = b.transact(targets[t], BINDER_NOP, &data, false);
+            times.push(start.elapsed().as_nanos() as u64);
+            if let Err(e) = r {
+                return Err(format!("thread {num} failed {e} i : {i}"));
+            }
+        }
+    }
+    p.signal().map_err(io)?;
+    p.wait().map_err(io)?;
+    p.send_u64s(&times).map_err(io)?;
+    p.wait().map_err(io)?;
+    Ok(())
+}
+
+struct RunResult {
+    iterations_per_sec: f64,
+    samples: Vec<u64>,
+    failed_workers: usize,
+}
+
+fn run_main(o: &Opts) -> Result<RunResult, String> {
+    let mut pipes: Vec<Chan> = vec![];
+    let mut kids: Vec<Child> = vec![];
+    for i in 0..o.workers {
+        let (mine, mut theirs) = Chan::pair().map_err(|e| e.to_string())?;
+        let kid = fork(|| {
+            drop(std::mem::take(&mut pipes));
+            match worker(i, o, &mut theirs) {
+                Ok(()) => 0,
+                Err(e) => {
+                    eprintln!("binder-throughput worker {i}: {e}");
+                    println!("thread {i} failed: {e}");
+                    1
+                }
+            }
+        })
+        .map_err(|e| e.to_string())?;
+        drop(theirs);
+        pipes.push(mine);
+        kids.push(kid);
+    }
+    let wait_all = |pipes: &mut Vec<Chan>| -> Result<(), String> {
+        pipes.iter_mut().try_for_each(|p| p.wait()).map_err(|e| format!("a worker died: {e}"))
+    };
+    let signal_all = |pipes: &mut Vec<Chan>| -> Result<(), String> {
+        pipes.iter_mut().try_for_each(|p| p.signal()).map_err(|e| format!("a worker died: {e}"))
+    };
+    wait_all(&mut pipes)?;
+    signal_all(&mut pipes)?;
+    wait_all(&mut pipes)?;
+
+    println!("waiting for workers to complete");
+    let start = Instant::now();
+    signal_all(&mut pipes)?;
+    wait_all(&mut pipes)?;
+    let elapsed = start.elapsed();
+    let iterations_per_sec = (o.iterations * o.workers) as f64 / elapsed.as_secs_f64();
+    println!("iterations per sec: {}", fmt_g(iterations_per_sec));
+
+    println!("collecting results");
+    signal_all(&mut pipes)?;
+    let mut samples = vec![];
+    for p in &mut pipes {
+        samples.extend(p.recv_u64s().map_err(|e| format!("results: {e}"))?);
+    }
+    println!("killing workers");
+    signal_all(&mut pipes)?;
+    let mut failed_workers = 0;
+    for k in &mut kids {
+        let st = k.wait();
+        if st != 0 {
+            println!("nonzero child status{st}");
+            failed_workers += 1;
+        }
+    }
+    Ok(RunResult { iterations_per_sec, samples, failed_workers })
+}
+
+fn run(a: &Args) -> Result<bool, String> {
+    let o = Opts {
+        workers: a.get("w", 2)?,
+        iterations: a.get("i", 10000)?,
+        payload: a.get("s", 0)?,
+        cs_pair: a.flag("p"),
+        threads: a.get("threads", 2)?,
+    };
+    if o.workers < 2 || o.threads == 0 {
+        return Err("need -w >= 2 and --threads >= 1".into());
+    }
+    let mode = benchkit::apply_ctabs_mode(a)?;
+    // The service manager runs in its own process, forked before any thread exists.
+    let (mut smc, mut smp) = Chan::pair().map_err(|e| e.to_string())?;
+    let mut sm_child = fork(|| {
+        let m = match ServiceManager::start(DEVICE, Duration::from_secs(10), None) {
+            Ok(m) => m,
+            Err(e) => {
+                eprintln!("binder-throughput: service manager: {e}");
+                return 2;
+            }
+        };
+        let _ = smp.signal();
+        let _ = smp.wait();
+        drop(m);
+        0
+    })
+    .map_err(|e| e.to_string())?;
+    smc.wait().map_err(|_| "the service manager did not start".to_string())?;
+
+    if a.flag("t") {
+        println!("Start training round");
+        let r = run_main(&o)?;
+        let worst = r.samples.iter().max().copied().unwrap_or(0);
+        println!("Max latency during training: {}ms", fmt_g(worst as f64 / 1e6));
+        println!("Completed training round\n");
+    }
+    let t0 = Instant::now();
+    let measure = Measure::start();
+    let r = run_main(&o);
+    let mut data = json!({});
+    measure.finish(&mut data);
+    let _ = smc.signal();
+    sm_child.wait();
+    let mut r = r?;
+    let Some(s) = Summary::of(&mut r.samples) else {
+        println!("error: no data\n");
+        return Err("no data".into());
+    };
+    print!("{}", s.aosp_lines());
+    let expected = if o.cs_pair { (o.workers - server_count(&o)) * o.iterations } else { o.workers * o.iterations };
+    let ok = r.failed_workers == 0 && s.count == expected;
+    let mut d = json!({
+        "workers": o.workers, "iterations": o.iterations, "payload": o.payload, "pairs": o.cs_pair,
+        "looper_threads": o.threads, "ctabs_mode": mode,
+        "iterations_per_sec": r.iterations_per_sec, "samples": s.count,
+        "samples_ms": subsample_ms(&r.samples, SAMPLES_MAX),
+    });
+    for (k, v) in s.json().as_object().expect("object") {
+        d[k] = v.clone();
+    }
+    for (k, v) in data.as_object().expect("object") {
+        d[k] = v.clone();
+    }
+    report(
+        "throughput",
+        if ok { Status::Pass } else { Status::Fail },
+        t0.elapsed().as_secs_f64() * 1000.0,
+        (!ok).then(|| format!("{} failed workers, {} of {expected} samples", r.failed_workers, s.count)),
+        d,
+    );
+    Ok(ok)
+}
+
+fn main() {
+    benchkit::main("throughput", &["p", "t"], run)
+}
