@@ -47,8 +47,8 @@ enum Cmd {
     Bench {
         #[arg(long, value_enum, default_value = "full")]
         profile: lab::bench::Profile,
-        /// Repetitions per mode.
-        #[arg(long, default_value_t = 5)]
+        /// Repetitions per mode (the full default takes about 8 minutes here).
+        #[arg(long, default_value_t = 12)]
         reps: usize,
         #[command(flatten)]
         run: RunArgs,
