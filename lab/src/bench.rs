@@ -38,6 +38,12 @@ const WORKLOADS: &[Workload] = &[
         full: &["-w", "8", "-i", "3000"],
     },
     Workload { bench: "tiers", program: "/bin/binder-tiers", quick: &["-i", "300"], full: &["-i", "2000"] },
+    Workload {
+        bench: "sendvec",
+        program: "/bin/binder-sendvec",
+        quick: &["-i", "100", "--max-size", "64"],
+        full: &["-i", "1000"],
+    },
 ];
 
 /// The plan: every workload under every mode, interleaved, `reps` times.
@@ -97,6 +103,14 @@ pub fn collect(events: &[Event]) -> Samples {
                 if let Some(c) = data["counters"].as_object() {
                     for (k, v) in c {
                         put(format!("throughput.counters.{k}"), mode, v.as_f64());
+                    }
+                }
+            }
+            ("sendvec", "sendvec") => {
+                for r in data["rows"].as_array().into_iter().flatten() {
+                    let Some(size) = r["size"].as_u64() else { continue };
+                    for k in ["time_ns", "cpu_ns"] {
+                        put(format!("sendvec.{size:04}.{k}"), mode, r[k].as_f64());
                     }
                 }
             }
@@ -232,6 +246,28 @@ pub fn throughput_table(rows: &BTreeMap<String, Row>) -> String {
     s
 }
 
+/// Seed 002's BM_sendVec shape: wall and CPU time per call by payload size, per mode.
+pub fn sendvec_table(rows: &BTreeMap<String, Row>) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{:<28} {:>26} {:>26} {:>26}",
+        "Benchmark (time ns / cpu ns)", MODE_NAMES[0], MODE_NAMES[1], MODE_NAMES[2]
+    );
+    let sizes: std::collections::BTreeSet<&str> =
+        rows.keys().filter_map(|k| k.strip_prefix("sendvec.")?.strip_suffix(".time_ns")).collect();
+    for size in sizes {
+        let (t, c) = (format!("sendvec.{size}.time_ns"), format!("sendvec.{size}.cpu_ns"));
+        let both = |m: u32| {
+            let v = |k: &str| rows.get(k).and_then(|r| r.per_mode.get(&m)).map(|e| format!("{:.0}", e.value));
+            format!("{} / {}", v(&t).unwrap_or("n/a".into()), v(&c).unwrap_or("n/a".into()))
+        };
+        let name = format!("BM_sendVec_binderize/{}", size.trim_start_matches('0'));
+        let _ = writeln!(s, "{name:<28} {:>26} {:>26} {:>26}", both(0), both(1), both(2));
+    }
+    s
+}
+
 #[derive(Serialize)]
 struct ResultsFile<'a> {
     profile: Profile,
@@ -265,9 +301,10 @@ pub fn write_report(dir: &Path, profile: Profile, reps: usize, events: &[Event])
         serde_json::to_string_pretty(&ResultsFile { profile, reps, modes: MODE_NAMES, metrics: &rows, samples })?;
     std::fs::write(dir.join("results.json"), json).context("writing results.json")?;
     let text = format!(
-        "# Seed 000 on the emulated SA8155P\n\nMedian [95% bootstrap CI] over {reps} interleaved repetitions per mode.\n\n## Tiered latency (schd-dbg style)\n\n```\n{}```\n\n![tiers](tiers-other.svg)\n\n## binderThroughputTest\n\n```\n{}```\n\n![throughput](throughput.svg) ![latency CDF](latency-cdf.svg)\n",
+        "# Seed 000 on the emulated SA8155P\n\nMedian [95% bootstrap CI] over {reps} interleaved repetitions per mode.\n\n## Tiered latency (schd-dbg style)\n\n```\n{}```\n\n![tiers](tiers-other.svg)\n\n## binderThroughputTest\n\n```\n{}```\n\n![throughput](throughput.svg) ![latency CDF](latency-cdf.svg)\n\n## BM_sendVec (seed 002's shape, medians)\n\n```\n{}```\n",
         tiers_table(&rows),
-        throughput_table(&rows)
+        throughput_table(&rows),
+        sendvec_table(&rows)
     );
     std::fs::write(dir.join("report.md"), &text).context("writing report.md")?;
     Ok(text)
@@ -332,6 +369,7 @@ mod tests {
         let tt = tiers_table(&rows);
         assert_eq!(tt.lines().count(), 1 + 2 * 3 * 2, "{tt}");
         assert!(tt.contains("SCHED_FIFO") && tt.contains("Cross-cluster") && tt.contains("0.110 ms"), "{tt}");
+        assert!(sendvec_table(&rows).lines().count() == 1, "no sendvec data, header only");
         let d = tempfile::tempdir().unwrap();
         write_report(d.path(), Profile::Quick, 5, &ev).unwrap();
         if let Some(keep) = std::env::var_os("LAB_KEEP_PLOTS") {
