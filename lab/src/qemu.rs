@@ -128,11 +128,18 @@ impl VmSpec {
     }
 
     fn misc_args(&self) -> Vec<String> {
-        // -no-reboot: the guest's power-off or reboot ends QEMU. The RNG keeps early
-        // getrandom() from blocking.
-        ["-nodefaults", "-no-user-config", "-nic", "none", "-no-reboot", "-device", "virtio-rng-device"]
-            .map(String::from)
-            .to_vec()
+        // -no-reboot: the guest's power-off or reboot ends QEMU.
+        let mut v: Vec<String> =
+            ["-nodefaults", "-no-user-config", "-nic", "none", "-no-reboot"].map(String::from).to_vec();
+        if self.tcg == Tcg::Icount {
+            // Deterministic runs: guest time from the instruction counter, a fixed RTC, and no
+            // host entropy device (the guest's RNG then seeds from the DTB and jitter).
+            v.extend(["-rtc", "base=2026-01-01T00:00:00,clock=vm"].map(String::from));
+        } else {
+            // The RNG keeps early getrandom() from blocking.
+            v.extend(["-device", "virtio-rng-device"].map(String::from));
+        }
+        v
     }
 
     pub fn argv(&self) -> Vec<String> {
@@ -418,6 +425,8 @@ mod tests {
         let a = s.argv();
         assert!(has_pair(&a, "-accel", "tcg,thread=single"));
         assert!(has_pair(&a, "-icount", "shift=3,sleep=off,align=off"));
+        assert!(has_pair(&a, "-rtc", "base=2026-01-01T00:00:00,clock=vm"));
+        assert!(!a.contains(&"virtio-rng-device".to_string()));
         s.tcg = Tcg::Single;
         assert!(!s.argv().contains(&"-icount".to_string()));
     }
