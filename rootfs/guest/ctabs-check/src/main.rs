@@ -11,6 +11,8 @@
 //! - `scan-cost [--iters N] [--waiters LIST] [--client-cpu C] [--modes LIST]`
 //! - `toggle [--seconds S]`: switch modes every millisecond under load.
 
+use benchkit::cpu_now;
+use benchkit::stats::{clusters, Tier};
 use binder::{Binder, Device, Error};
 use labproto::{report, Status};
 use serde_json::{json, Value};
@@ -29,11 +31,6 @@ const LOCAL_SHARE_MIN: f64 = 0.95;
 
 type Result<T> = std::result::Result<T, String>;
 
-fn cpu_now() -> u32 {
-    // SAFETY: sched_getcpu has no preconditions.
-    unsafe { libc::sched_getcpu() as u32 }
-}
-
 fn pin(cpu: u32) -> Result<()> {
     // SAFETY: the cpu_set_t is zero-initialised plain data; CPU_SET writes inside it and
     // sched_setaffinity(0) applies it to the calling thread.
@@ -46,32 +43,6 @@ fn pin(cpu: u32) -> Result<()> {
         return Err(format!("pin to cpu{cpu}: {}", std::io::Error::last_os_error()));
     }
     Ok(())
-}
-
-/// cluster_id of every CPU, from sysfs.
-fn clusters() -> Vec<i64> {
-    (0..)
-        .map_while(|c| std::fs::read_to_string(format!("/sys/devices/system/cpu/cpu{c}/topology/cluster_id")).ok())
-        .map(|s| s.trim().parse().unwrap_or(-1))
-        .collect()
-}
-
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Tier {
-    SameCpu,
-    SameCluster,
-    Cross,
-}
-
-fn tier(a: u32, b: u32, cl: &[i64]) -> Tier {
-    let c = |x: u32| cl.get(x as usize).copied().unwrap_or(-1);
-    if a == b {
-        Tier::SameCpu
-    } else if c(a) >= 0 && c(a) == c(b) {
-        Tier::SameCluster
-    } else {
-        Tier::Cross
-    }
 }
 
 fn set_mode(m: u32) -> Result<()> {
@@ -286,10 +257,10 @@ fn client(cpu: Option<u32>, iters: u64, until: Option<Instant>, cl: &[i64]) -> C
             Ok(r) if r.len() == 20 && r[4..] == payload => {
                 st.total_ns += t.elapsed().as_nanos() as u64;
                 let server = u32::from_le_bytes([r[0], r[1], r[2], r[3]]);
-                match tier(me, server, cl) {
-                    Tier::SameCpu => st.same_cpu += 1,
+                match Tier::of(me, server, cl) {
+                    Tier::SameCore => st.same_cpu += 1,
                     Tier::SameCluster => st.same_cluster += 1,
-                    Tier::Cross => st.cross += 1,
+                    Tier::CrossCluster => st.cross += 1,
                 }
                 st.calls += 1;
             }
