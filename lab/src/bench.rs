@@ -296,7 +296,7 @@ fn latency_samples(events: &[Event]) -> BTreeMap<u32, Vec<f64>> {
 pub fn write_report(dir: &Path, profile: Profile, reps: usize, events: &[Event]) -> Result<String> {
     let samples = &collect(events);
     let rows = summarise(samples);
-    crate::plots::write_all(dir, samples, &rows, &latency_samples(events))?;
+    crate::plots::write_all(dir, &rows, &latency_samples(events))?;
     let json =
         serde_json::to_string_pretty(&ResultsFile { profile, reps, modes: MODE_NAMES, metrics: &rows, samples })?;
     std::fs::write(dir.join("results.json"), json).context("writing results.json")?;
@@ -308,6 +308,23 @@ pub fn write_report(dir: &Path, profile: Profile, reps: usize, events: &[Event])
     );
     std::fs::write(dir.join("report.md"), &text).context("writing report.md")?;
     Ok(text)
+}
+
+/// Boots once, runs the interleaved plan, prints both seed tables and writes the report.
+/// Returns whether the run passed, and its directory.
+pub fn run(profile: Profile, reps: usize, base: &crate::run::RunOpts) -> Result<(bool, std::path::PathBuf)> {
+    let plan = plan(profile, reps);
+    let dir = crate::paths::repo().join("target/lab/plans");
+    std::fs::create_dir_all(&dir)?;
+    let path = dir.join(format!("{}-{reps}-{}.toml", plan.name, std::process::id()));
+    std::fs::write(&path, toml::to_string(&plan)?)?;
+    let opts = crate::run::RunOpts { plan: path.display().to_string(), name: plan.name.clone(), ..base.clone() };
+    let outcome = crate::run::run(&opts)?;
+    let _ = std::fs::remove_file(&path);
+    let text = write_report(&outcome.dir, profile, reps, &outcome.events)?;
+    println!("{text}");
+    print!("{}", crate::run::summary(&outcome));
+    Ok((outcome.ok(), outcome.dir))
 }
 
 #[cfg(test)]
@@ -385,21 +402,4 @@ mod tests {
             serde_json::from_slice(&std::fs::read(d.path().join("results.json")).unwrap()).unwrap();
         assert!(v["metrics"]["throughput.iterations_per_sec"]["per_mode"]["2"]["value"].as_f64().unwrap() > 1000.0);
     }
-}
-
-/// Boots once, runs the interleaved plan, prints both seed tables and writes the report.
-/// Returns whether the run passed, and its directory.
-pub fn run(profile: Profile, reps: usize, base: &crate::run::RunOpts) -> Result<(bool, std::path::PathBuf)> {
-    let plan = plan(profile, reps);
-    let dir = crate::paths::repo().join("target/lab/plans");
-    std::fs::create_dir_all(&dir)?;
-    let path = dir.join(format!("{}-{reps}-{}.toml", plan.name, std::process::id()));
-    std::fs::write(&path, toml::to_string(&plan)?)?;
-    let opts = crate::run::RunOpts { plan: path.display().to_string(), name: plan.name.clone(), ..base.clone() };
-    let outcome = crate::run::run(&opts)?;
-    let _ = std::fs::remove_file(&path);
-    let text = write_report(&outcome.dir, profile, reps, &outcome.events)?;
-    println!("{text}");
-    print!("{}", crate::run::summary(&outcome));
-    Ok((outcome.ok(), outcome.dir))
 }

@@ -1,7 +1,7 @@
 //! SVG plots for the benchmark report: throughput per mode with its CI, the latency CDF per
 //! mode, and the share of each tier per mode.
 
-use crate::bench::{Row, Samples, MODE_NAMES};
+use crate::bench::{Row, MODE_NAMES};
 use anyhow::{anyhow, Result};
 use plotters::prelude::*;
 use std::collections::BTreeMap;
@@ -109,13 +109,7 @@ pub fn tiers(path: &Path, rows: &BTreeMap<String, Row>, class: &str) -> Result<(
 }
 
 /// Every plot of a benchmark run into `dir`.
-pub fn write_all(
-    dir: &Path,
-    samples: &Samples,
-    rows: &BTreeMap<String, Row>,
-    latency_ms: &BTreeMap<u32, Vec<f64>>,
-) -> Result<()> {
-    let _ = samples;
+pub fn write_all(dir: &Path, rows: &BTreeMap<String, Row>, latency_ms: &BTreeMap<u32, Vec<f64>>) -> Result<()> {
     throughput(&dir.join("throughput.svg"), rows)?;
     latency_cdf(&dir.join("latency-cdf.svg"), latency_ms)?;
     tiers(&dir.join("tiers-other.svg"), rows, "other")?;
