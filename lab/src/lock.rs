@@ -51,11 +51,6 @@ impl Lock {
     pub fn render(&self) -> String {
         format!("{HEADER}{}", toml::to_string(self).expect("lock serializes"))
     }
-
-    /// Upstream kernel version, `7.2.12` from `7.2.12-1~bpo13+1`.
-    pub fn upstream_version(&self) -> &str {
-        self.kernel.version.split('-').next().unwrap_or(&self.kernel.version)
-    }
 }
 
 #[cfg(test)]
@@ -66,7 +61,7 @@ mod tests {
     fn shipped_lock_parses() {
         let l = Lock::load(&Lock::path()).unwrap();
         assert_eq!(l.kernel.package, "linux-source-7.2");
-        assert!(l.upstream_version().starts_with("7.2."));
+        assert!(l.kernel.version.starts_with("7.2."));
     }
 
     #[test]

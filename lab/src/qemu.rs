@@ -174,11 +174,16 @@ pub fn shell_line(argv: &[String]) -> String {
         .join(" ")
 }
 
-/// `qemu-system-aarch64 --version`, first line.
+/// `qemu-system-aarch64 --version`, first line; asked once per process (the DTB cache key and
+/// every manifest need it).
 pub fn version() -> Result<String> {
+    static VERSION: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    if let Some(v) = VERSION.get() {
+        return Ok(v.clone());
+    }
     let out = crate::util::output(Command::new(QEMU).arg("--version"))
         .context("qemu-system-aarch64 not found; run `cargo make setup`")?;
-    Ok(out.lines().next().unwrap_or_default().to_string())
+    Ok(VERSION.get_or_init(|| out.lines().next().unwrap_or_default().to_string()).clone())
 }
 
 /// A running QEMU. Dropping it ends the process: every QEMU the lab starts is cleaned up.

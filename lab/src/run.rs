@@ -156,11 +156,16 @@ impl Outcome {
 
     /// The data of the first result named `case`.
     pub fn data(&self, case: &str) -> Option<&serde_json::Value> {
-        self.events.iter().find_map(|e| match e {
-            Event::Result { case: c, data, .. } if c == case => Some(data),
-            _ => None,
-        })
+        case_data(&self.events, case)
     }
+}
+
+/// The data of the first result named `case` among `events`.
+fn case_data<'a>(events: &'a [Event], case: &str) -> Option<&'a serde_json::Value> {
+    events.iter().find_map(|e| match e {
+        Event::Result { case: c, data, .. } if c == case => Some(data),
+        _ => None,
+    })
 }
 
 /// Resolves `name` as a file in `dir` with `ext`, or as a path.
@@ -454,21 +459,13 @@ pub fn run(opts: &RunOpts) -> Result<Outcome> {
 
 /// Compares the guest's topology report (if the plan had one) with the board.
 fn check_topology(board: &board::Board, events: &[Event]) -> Vec<String> {
-    let Some(cpus) = events.iter().find_map(|e| match e {
-        Event::Result { case, data, .. } if case == "topology" => data.get("cpus").cloned(),
-        _ => None,
-    }) else {
-        return vec![];
-    };
-    let mut problems = match serde_json::from_value::<Vec<board::CpuObserved>>(cpus) {
+    let Some(report) = case_data(events, "topology") else { return vec![] };
+    let mut problems = match serde_json::from_value::<Vec<board::CpuObserved>>(report["cpus"].clone()) {
         Ok(obs) => board::compare(board, &obs),
         Err(e) => vec![format!("topology report unreadable: {e}")],
     };
-    if let Some(sd) = events.iter().find_map(|e| match e {
-        Event::Result { case, data, .. } if case == "topology" => data.get("sched_domains").cloned(),
-        _ => None,
-    }) {
-        problems.extend(check_sched_domains(board, &sd));
+    if let Some(sd) = report.get("sched_domains") {
+        problems.extend(check_sched_domains(board, sd));
     }
     problems
 }

@@ -74,8 +74,8 @@ fn resample(rng: &mut StdRng, xs: &[f64], buf: &mut Vec<f64>) {
     buf.extend((0..xs.len()).map(|_| xs[rng.random_range(0..xs.len())]));
 }
 
-/// Percentile bootstrap interval of `stat` (95%, fixed seed).
-fn bootstrap(values: &mut [f64]) -> (f64, f64) {
+/// The central 95% of bootstrap replicates (the percentile interval).
+fn percentile_interval(values: &mut [f64]) -> (f64, f64) {
     values.sort_by(|a, b| a.total_cmp(b));
     let lo = percentile_sorted(values, 2.5).unwrap_or(f64::NAN);
     let hi = percentile_sorted(values, 97.5).unwrap_or(f64::NAN);
@@ -94,7 +94,7 @@ pub fn median_ci(samples: &[f64]) -> Option<Estimate> {
             median(&buf).unwrap_or(f64::NAN)
         })
         .collect();
-    let (lo, hi) = bootstrap(&mut meds);
+    let (lo, hi) = percentile_interval(&mut meds);
     Some(Estimate { value, lo, hi, n: xs.len() })
 }
 
@@ -117,7 +117,7 @@ pub fn delta_pct_ci(base: &[f64], other: &[f64]) -> Option<Estimate> {
             (x != 0.0).then(|| (y - x) / x * 100.0)
         })
         .collect();
-    let (lo, hi) = bootstrap(&mut deltas);
+    let (lo, hi) = percentile_interval(&mut deltas);
     Some(Estimate { value, lo, hi, n: b.len().min(o.len()) })
 }
 
