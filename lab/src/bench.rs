@@ -48,25 +48,57 @@ const WORKLOADS: &[Workload] = &[
 
 /// The plan: every workload under every mode, interleaved, `reps` times.
 pub fn plan(profile: Profile, reps: usize) -> Plan {
+    let jobs: Vec<Job> = WORKLOADS
+        .iter()
+        .map(|w| {
+            let args = match profile {
+                Profile::Quick => w.quick,
+                Profile::Full => w.full,
+            };
+            Job { bench: w.bench, argv: [w.program].iter().chain(args).map(|s| s.to_string()).collect() }
+        })
+        .collect();
+    let modes: Vec<(u32, Vec<String>)> =
+        MODES.iter().map(|m| (*m, vec!["--ctabs-mode".to_string(), m.to_string()])).collect();
+    let name = format!("bench-{}", if profile == Profile::Quick { "quick" } else { "full" });
+    interleaved(&name, reps, &jobs, &modes)
+}
+
+/// One benchmark program of an interleaved plan.
+pub struct Job {
+    pub bench: &'static str,
+    pub argv: Vec<String>,
+}
+
+/// `reps` rounds of every job under every mode, interleaved so that slow drift in the host
+/// spreads evenly over the modes. Odd rounds reverse the order (A B C, C B A, ...) so that no
+/// mode always runs first after another benchmark. A mode is a number plus the arguments
+/// that select it.
+pub fn interleaved(name: &str, reps: usize, jobs: &[Job], modes: &[(u32, Vec<String>)]) -> Plan {
     let mut steps = vec![];
     for r in 0..reps {
-        for w in WORKLOADS {
-            for m in MODES {
-                let mut argv = vec![w.program.to_string()];
-                argv.extend(
-                    match profile {
-                        Profile::Quick => w.quick,
-                        Profile::Full => w.full,
-                    }
-                    .iter()
-                    .map(|s| s.to_string()),
-                );
-                argv.extend(["--ctabs-mode".to_string(), m.to_string()]);
-                steps.push(Step { name: step_name(w.bench, m, r), argv, timeout_s: 600, env: Default::default() });
+        for j in jobs {
+            let order: Vec<&(u32, Vec<String>)> =
+                if r % 2 == 0 { modes.iter().collect() } else { modes.iter().rev().collect() };
+            for (m, extra) in order {
+                let argv = j.argv.iter().chain(extra).cloned().collect();
+                steps.push(Step { name: step_name(j.bench, *m, r), argv, timeout_s: 600, env: Default::default() });
             }
         }
     }
-    Plan { name: format!("bench-{}", if profile == Profile::Quick { "quick" } else { "full" }), steps, shell: false }
+    Plan { name: name.to_string(), steps, shell: false }
+}
+
+/// Runs a generated plan (written to target/lab/plans for the record) with `base`'s options.
+pub fn run_plan(plan: &Plan, base: &crate::run::RunOpts) -> Result<crate::run::Outcome> {
+    let dir = crate::paths::repo().join("target/lab/plans");
+    std::fs::create_dir_all(&dir)?;
+    let path = dir.join(format!("{}-{}.toml", plan.name, std::process::id()));
+    std::fs::write(&path, toml::to_string(plan)?)?;
+    let opts = crate::run::RunOpts { plan: path.display().to_string(), name: plan.name.clone(), ..base.clone() };
+    let outcome = crate::run::run(&opts);
+    let _ = std::fs::remove_file(&path);
+    outcome
 }
 
 fn step_name(bench: &str, mode: u32, rep: usize) -> String {
@@ -310,21 +342,19 @@ pub fn write_report(dir: &Path, profile: Profile, reps: usize, events: &[Event])
     Ok(text)
 }
 
-/// Boots once, runs the interleaved plan, prints both seed tables and writes the report.
-/// Returns whether the run passed, and its directory.
-pub fn run(profile: Profile, reps: usize, base: &crate::run::RunOpts) -> Result<(bool, std::path::PathBuf)> {
-    let plan = plan(profile, reps);
-    let dir = crate::paths::repo().join("target/lab/plans");
-    std::fs::create_dir_all(&dir)?;
-    let path = dir.join(format!("{}-{reps}-{}.toml", plan.name, std::process::id()));
-    std::fs::write(&path, toml::to_string(&plan)?)?;
-    let opts = crate::run::RunOpts { plan: path.display().to_string(), name: plan.name.clone(), ..base.clone() };
-    let outcome = crate::run::run(&opts)?;
-    let _ = std::fs::remove_file(&path);
+/// Boots once, runs the interleaved plan and writes the report into the run directory.
+pub fn execute(profile: Profile, reps: usize, base: &crate::run::RunOpts) -> Result<(crate::run::Outcome, String)> {
+    let outcome = run_plan(&plan(profile, reps), base)?;
     let text = write_report(&outcome.dir, profile, reps, &outcome.events)?;
+    Ok((outcome, text))
+}
+
+/// `lab bench`: prints both seed tables and the run's summary. Returns whether it passed.
+pub fn run(profile: Profile, reps: usize, base: &crate::run::RunOpts) -> Result<bool> {
+    let (outcome, text) = execute(profile, reps, base)?;
     println!("{text}");
     print!("{}", crate::run::summary(&outcome));
-    Ok((outcome.ok(), outcome.dir))
+    Ok(outcome.ok())
 }
 
 #[cfg(test)]
@@ -351,6 +381,9 @@ mod tests {
         assert_eq!(names, ["throughput-m0-r0", "throughput-m1-r0", "throughput-m2-r0", "tiers-m0-r0"]);
         assert_eq!(p.steps.len(), 2 * WORKLOADS.len() * 3);
         assert!(p.steps[1].argv.ends_with(&["--ctabs-mode".to_string(), "1".to_string()]));
+        // The second round runs the modes in reverse.
+        let r1: Vec<&str> = p.steps.iter().map(|s| s.name.as_str()).skip(9).take(3).collect();
+        assert_eq!(r1, ["throughput-m2-r1", "throughput-m1-r1", "throughput-m0-r1"]);
         assert_eq!(parse_step("throughput-m2-r10"), Some(("throughput", 2)));
         assert_eq!(parse_step("smoke"), None);
     }

@@ -13,6 +13,7 @@ pub mod paths;
 pub mod plots;
 pub mod qemu;
 pub mod report;
+pub mod reproduce;
 pub mod run;
 pub mod setup;
 pub mod stats;

@@ -53,6 +53,17 @@ enum Cmd {
         #[command(flatten)]
         run: RunArgs,
     },
+    /// Every table of the three seed mails: the seed's figure beside the lab's (median, 95%
+    /// CI) and whether the direction matches. Boots the perf and cbinder kernels.
+    Reproduce {
+        #[arg(long, value_enum, default_value = "full")]
+        profile: lab::bench::Profile,
+        /// Where reproduce.md and reproduce.json go [default: target/lab/reproduce/<time>].
+        #[arg(long)]
+        out: Option<std::path::PathBuf>,
+        #[command(flatten)]
+        run: RunArgs,
+    },
 }
 
 #[derive(clap::Args)]
@@ -148,7 +159,22 @@ fn run(cmd: Cmd) -> Result<()> {
         Cmd::Test => lab::testall::run(),
         Cmd::DriverCheck => lab::driver_check::run(),
         Cmd::Bench { profile, reps, run } => {
-            if !lab::bench::run(profile, reps, &run.opts("bench"))?.0 {
+            if !lab::bench::run(profile, reps, &run.opts("bench"))? {
+                std::process::exit(1);
+            }
+            Ok(())
+        }
+        Cmd::Reproduce { profile, out, run } => {
+            let out = out.unwrap_or_else(|| paths::repo().join("target/lab/reproduce").join(lab::util::utc_stamp()));
+            let r = lab::reproduce::run(profile, &run.opts("bench"), &out)?;
+            println!("{}", r.text);
+            for o in r.outcomes() {
+                for p in o.problems() {
+                    println!("FAILED {}: {p}", o.dir.display());
+                }
+            }
+            println!("report: {}", out.join("reproduce.md").display());
+            if !r.ok() {
                 std::process::exit(1);
             }
             Ok(())

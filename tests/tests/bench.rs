@@ -6,8 +6,9 @@ use lab::run::RunOpts;
 
 #[test]
 fn quick_profile_report_has_every_row_and_column() {
-    let (ok, dir) = bench::run(Profile::Quick, 2, &RunOpts::default()).unwrap();
-    assert!(ok, "bench run failed, see {}", dir.display());
+    let (o, _) = bench::execute(Profile::Quick, 2, &RunOpts::default()).unwrap();
+    let dir = o.dir.clone();
+    assert!(o.ok(), "bench run failed, see {}", dir.display());
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("results.json")).unwrap()).unwrap();
     let metrics = v["metrics"].as_object().unwrap();
     let mut want = vec![
