@@ -89,18 +89,6 @@ pub fn interleaved(name: &str, reps: usize, jobs: &[Job], modes: &[(u32, Vec<Str
     Plan { name: name.to_string(), steps, shell: false }
 }
 
-/// Runs a generated plan (written to target/lab/plans for the record) with `base`'s options.
-pub fn run_plan(plan: &Plan, base: &crate::run::RunOpts) -> Result<crate::run::Outcome> {
-    let dir = crate::paths::repo().join("target/lab/plans");
-    std::fs::create_dir_all(&dir)?;
-    let path = dir.join(format!("{}-{}.toml", plan.name, std::process::id()));
-    std::fs::write(&path, toml::to_string(plan)?)?;
-    let opts = crate::run::RunOpts { plan: path.display().to_string(), name: plan.name.clone(), ..base.clone() };
-    let outcome = crate::run::run(&opts);
-    let _ = std::fs::remove_file(&path);
-    outcome
-}
-
 fn step_name(bench: &str, mode: u32, rep: usize) -> String {
     format!("{bench}-m{mode}-r{rep}")
 }
@@ -344,7 +332,7 @@ pub fn write_report(dir: &Path, profile: Profile, reps: usize, events: &[Event])
 
 /// Boots once, runs the interleaved plan and writes the report into the run directory.
 pub fn execute(profile: Profile, reps: usize, base: &crate::run::RunOpts) -> Result<(crate::run::Outcome, String)> {
-    let outcome = run_plan(&plan(profile, reps), base)?;
+    let outcome = crate::run::run_plan(&plan(profile, reps), base)?;
     let text = write_report(&outcome.dir, profile, reps, &outcome.events)?;
     Ok((outcome, text))
 }

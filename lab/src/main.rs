@@ -64,6 +64,35 @@ enum Cmd {
         #[command(flatten)]
         run: RunArgs,
     },
+    /// Everything for nightly CI into one artifact directory: kernels perf/debug/cbinder,
+    /// conformance on each, KUnit, a long fuzz on debug, CTABS checks and `reproduce`;
+    /// JUnit, JSON, KCIDB JSON and an HTML report. Non-zero exit on any failure, splat or
+    /// regression against --baseline.
+    Nightly {
+        #[arg(long, value_enum, default_value = "full")]
+        profile: lab::bench::Profile,
+        /// Artifact directory [default: target/lab/nightly/<time>].
+        #[arg(long)]
+        out: Option<std::path::PathBuf>,
+        /// A previous nightly.json to compare against.
+        #[arg(long)]
+        baseline: Option<std::path::PathBuf>,
+        /// Percent by which a gated metric may be worse than the baseline.
+        #[arg(long, default_value_t = 10.0)]
+        threshold: f64,
+        /// Fuzzer operations on the debug kernel [default: 1000000; quick profile 20000].
+        #[arg(long)]
+        fuzz_ops: Option<u64>,
+        #[command(flatten)]
+        run: RunArgs,
+    },
+    /// Compare two nightly.json files (baseline, current) with the nightly's regression rule.
+    Compare {
+        baseline: std::path::PathBuf,
+        current: std::path::PathBuf,
+        #[arg(long, default_value_t = 10.0)]
+        threshold: f64,
+    },
 }
 
 #[derive(clap::Args)]
@@ -175,6 +204,48 @@ fn run(cmd: Cmd) -> Result<()> {
             }
             println!("report: {}", out.join("reproduce.md").display());
             if !r.ok() {
+                std::process::exit(1);
+            }
+            Ok(())
+        }
+        Cmd::Nightly { profile, out, baseline, threshold, fuzz_ops, run } => {
+            let out = out.unwrap_or_else(|| paths::repo().join("target/lab/nightly").join(lab::util::utc_stamp()));
+            let quick = profile == lab::bench::Profile::Quick;
+            let opts = lab::nightly::Opts {
+                profile,
+                out: out.clone(),
+                baseline,
+                threshold_pct: threshold,
+                fuzz_ops: fuzz_ops.unwrap_or(if quick { 20_000 } else { 1_000_000 }),
+                base: run.opts("default"),
+            };
+            let n = lab::nightly::run(&opts)?;
+            if let Some(r) = &n.reproduce {
+                println!("{}", r.text);
+            }
+            print!("{}", lab::nightly::summary(&n, &out));
+            if !n.failures().is_empty() {
+                std::process::exit(1);
+            }
+            Ok(())
+        }
+        Cmd::Compare { baseline, current, threshold } => {
+            let cur = lab::nightly::load_baseline(&current)?;
+            let c = lab::nightly::compare(&lab::nightly::load_baseline(&baseline)?, &cur, threshold);
+            let mut regressed = 0;
+            for x in &c {
+                if x.verdict != lab::nightly::Verdict::Ok {
+                    println!(
+                        "{:<9} {} ({:+.1}% worse)",
+                        format!("{:?}", x.verdict).to_lowercase(),
+                        x.metric,
+                        x.worse_pct.unwrap_or(f64::NAN)
+                    );
+                }
+                regressed += usize::from(x.verdict == lab::nightly::Verdict::Regressed);
+            }
+            println!("{} gated metrics compared, {regressed} regressed (threshold {threshold}%)", c.len());
+            if regressed > 0 {
                 std::process::exit(1);
             }
             Ok(())

@@ -141,32 +141,48 @@ fn counts(cases: &[TestCase]) -> (usize, usize, usize) {
 
 /// JUnit XML: one `<testsuite>` per step (plus `run`/`kernel` for harness findings).
 pub fn junit_xml(o: &Outcome) -> String {
-    let cases = test_cases(o);
+    let run_name = o.dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    junit_merged(&run_name, &[("", o)])
+}
+
+/// One JUnit document for several runs; each run's suites are named `<prefix>.<step>`
+/// (or just `<step>` with an empty prefix).
+pub fn junit_merged(name: &str, runs: &[(&str, &Outcome)]) -> String {
+    let all: Vec<TestCase> = runs
+        .iter()
+        .flat_map(|(prefix, o)| {
+            test_cases(o).into_iter().map(move |mut c| {
+                if !prefix.is_empty() {
+                    c.suite = format!("{prefix}.{}", c.suite);
+                }
+                c
+            })
+        })
+        .collect();
     let mut suites: Vec<String> = vec![];
-    for c in &cases {
+    for c in &all {
         if !suites.contains(&c.suite) {
             suites.push(c.suite.clone());
         }
     }
-    let run_name = o.dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let (n, f, s) = counts(&cases);
-    let total: f64 = cases.iter().filter(|c| !c.name.ends_with("/(step)")).map(|c| c.time_s).sum();
+    let (n, f, s) = counts(&all);
+    let total: f64 = all.iter().filter(|c| !c.name.ends_with("/(step)")).map(|c| c.time_s).sum();
     let mut x = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
     let _ = writeln!(
         x,
         "<testsuites name=\"{}\" tests=\"{n}\" failures=\"{f}\" errors=\"0\" skipped=\"{s}\" time=\"{total:.3}\">",
-        xml_escape(&run_name)
+        xml_escape(name)
     );
     for suite in &suites {
-        let sc: Vec<&TestCase> = cases.iter().filter(|c| &c.suite == suite).collect();
-        let (sn, sf, ss) = counts(&sc.iter().map(|c| (*c).clone()).collect::<Vec<_>>());
+        let sc: Vec<TestCase> = all.iter().filter(|c| &c.suite == suite).cloned().collect();
+        let (sn, sf, ss) = counts(&sc);
         let st: f64 = sc.iter().map(|c| c.time_s).sum();
         let _ = writeln!(
             x,
             "  <testsuite name=\"{}\" tests=\"{sn}\" failures=\"{sf}\" errors=\"0\" skipped=\"{ss}\" time=\"{st:.3}\">",
             xml_escape(suite)
         );
-        for c in sc {
+        for c in &sc {
             let head = format!(
                 "    <testcase classname=\"binder-lab.{}\" name=\"{}\" time=\"{:.3}\"",
                 xml_escape(&c.suite),

@@ -499,7 +499,7 @@ pub fn seed001(sizes: Sizes, base: &RunOpts) -> Result<Experiment> {
                 st.name = format!("throughput-m{mode}-r{}", round * per_boot + i);
             }
             let opts = RunOpts { flavor: flavor.to_string(), ..base.clone() };
-            outcomes.push(bench::run_plan(&plan, &opts)?);
+            outcomes.push(crate::run::run_plan(&plan, &opts)?);
         }
     }
     Ok(Experiment::new(outcomes))
@@ -514,7 +514,7 @@ pub fn seed002(sizes: Sizes, base: &RunOpts) -> Result<Experiment> {
     let modes: Vec<(u32, Vec<String>)> =
         [0u32, 1].iter().map(|m| (*m, vec!["--defer-tc".into(), m.to_string()])).collect();
     let plan = bench::interleaved("seed002", sizes.sendvec_reps, &[job], &modes);
-    Ok(Experiment::new(vec![bench::run_plan(&plan, base)?]))
+    Ok(Experiment::new(vec![crate::run::run_plan(&plan, base)?]))
 }
 
 /// Known limits of the emulation, printed with the tables.

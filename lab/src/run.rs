@@ -580,6 +580,18 @@ fn write_manifest(
     util::write_atomic(&dir.join("manifest.json"), serde_json::to_string_pretty(&m)?.as_bytes())
 }
 
+/// Runs a generated plan (written to target/lab/plans for the record) with `base`'s options.
+pub fn run_plan(plan: &Plan, base: &RunOpts) -> Result<Outcome> {
+    let dir = paths::repo().join("target/lab/plans");
+    std::fs::create_dir_all(&dir)?;
+    let path = dir.join(format!("{}-{}.toml", plan.name, std::process::id()));
+    std::fs::write(&path, toml::to_string(plan)?)?;
+    let opts = RunOpts { plan: path.display().to_string(), name: plan.name.clone(), ..base.clone() };
+    let outcome = run(&opts);
+    let _ = std::fs::remove_file(&path);
+    outcome
+}
+
 /// Human summary: topology table, step results, boot time, problems.
 pub fn summary(o: &Outcome) -> String {
     let mut s = String::new();

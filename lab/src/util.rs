@@ -135,19 +135,12 @@ mod tests {
 
 /// UTC time as `20261130T041308Z`, for run directory names and manifests.
 pub fn utc_stamp() -> String {
-    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
-    let (days, rem) = (secs / 86400, secs % 86400);
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}{m:02}{d:02}T{:02}{:02}{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
+    jiff::Timestamp::now().strftime("%Y%m%dT%H%M%SZ").to_string()
+}
+
+/// UTC time as RFC 3339 (`2026-11-30T04:13:08Z`), for reports other tools read.
+pub fn rfc3339_now() -> String {
+    jiff::Timestamp::now().round(jiff::Unit::Second).map(|t| t.to_string()).unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -157,5 +150,7 @@ mod stamp_tests {
         let s = super::utc_stamp();
         assert_eq!(s.len(), 16, "{s}");
         assert!(s.starts_with("20") && s.ends_with('Z'));
+        let r = super::rfc3339_now();
+        assert!(r.parse::<jiff::Timestamp>().is_ok() && r.ends_with('Z') && r.len() == 20, "{r}");
     }
 }
