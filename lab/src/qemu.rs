@@ -19,7 +19,8 @@ pub enum Tcg {
     Multi,
     /// All vCPUs round-robin on one host thread.
     Single,
-    /// Single-threaded with instruction counting: deterministic guest time.
+    /// Single-threaded with instruction counting: deterministic guest time and, with the
+    /// options below, bit-identical repeated runs.
     Icount,
 }
 
@@ -102,8 +103,16 @@ impl VmSpec {
         vec!["-display".into(), "none".into(), "-monitor".into(), "none".into(), "-serial".into(), serial.into()]
     }
 
+    /// Whether the guest gets the virtio-serial result port. Not under icount: virtio-serial
+    /// is the one device here whose host side completes guest requests at host-timing
+    /// dependent points (runs diverge inside the guest's virtio_console probe, and are
+    /// identical without it), so the guest init falls back to `LABRESULT` console lines.
+    pub fn has_result_port(&self) -> bool {
+        self.results.is_some() && self.tcg != Tcg::Icount
+    }
+
     fn result_port_args(&self) -> Vec<String> {
-        let Some(path) = &self.results else { return vec![] };
+        let Some(path) = self.results.as_ref().filter(|_| self.has_result_port()) else { return vec![] };
         vec![
             "-device".into(),
             "virtio-serial-device".into(),
@@ -132,9 +141,10 @@ impl VmSpec {
         let mut v: Vec<String> =
             ["-nodefaults", "-no-user-config", "-nic", "none", "-no-reboot"].map(String::from).to_vec();
         if self.tcg == Tcg::Icount {
-            // Deterministic runs: guest time from the instruction counter, a fixed RTC, and no
-            // host entropy device (the guest's RNG then seeds from the DTB and jitter).
-            v.extend(["-rtc", "base=2026-01-01T00:00:00,clock=vm"].map(String::from));
+            // Repeatable runs. The RTC starts at a fixed date and follows guest time; there is
+            // no host entropy device; and -seed makes QEMU's guest-visible randomness a fixed
+            // PRNG (without it identical runs still diverge).
+            v.extend(["-rtc", "base=2026-01-01T00:00:00,clock=vm", "-seed", "1"].map(String::from));
         } else {
             // The RNG keeps early getrandom() from blocking.
             v.extend(["-device", "virtio-rng-device"].map(String::from));
@@ -431,9 +441,15 @@ mod tests {
         assert!(has_pair(&a, "-accel", "tcg,thread=single"));
         assert!(has_pair(&a, "-icount", "shift=3,sleep=off,align=off"));
         assert!(has_pair(&a, "-rtc", "base=2026-01-01T00:00:00,clock=vm"));
+        assert!(has_pair(&a, "-seed", "1"));
         assert!(!a.contains(&"virtio-rng-device".to_string()));
+        // No virtio-serial result port: results come on the console.
+        assert!(!s.has_result_port());
+        assert!(!a.iter().any(|x| x.contains("labres") || x == "virtio-serial-device"));
         s.tcg = Tcg::Single;
-        assert!(!s.argv().contains(&"-icount".to_string()));
+        let a = s.argv();
+        assert!(!a.contains(&"-icount".to_string()) && !a.contains(&"-seed".to_string()));
+        assert!(s.has_result_port() && a.contains(&"virtio-serial-device".to_string()));
     }
 
     #[test]

@@ -19,6 +19,26 @@ const STEP_GRACE: Duration = Duration::from_secs(15);
 const POWEROFF_TIMEOUT: Duration = Duration::from_secs(15);
 /// How long to keep reading the console after a panic for the rest of its report.
 const PANIC_LINGER: Duration = Duration::from_millis(700);
+/// Console prefix of results when the guest has no result port (the init's fallback; the
+/// only channel under `--tcg icount`).
+const CONSOLE_RESULT_PREFIX: &str = "LABRESULT ";
+
+/// Events among console lines, from `*pos` on; advances `*pos`.
+fn console_events(lines: &[String], pos: &mut usize) -> Vec<Event> {
+    let out = lines[*pos..]
+        .iter()
+        .filter_map(|l| l.split_once(CONSOLE_RESULT_PREFIX).and_then(|(_, ev)| Event::parse_line(ev)))
+        .collect();
+    *pos = lines.len();
+    out
+}
+
+/// Without a result port, the run directory still gets `results.jsonl`, from the console.
+fn write_console_results(spec: &VmSpec, lines: &[String]) -> Result<()> {
+    let Some(path) = spec.results.as_ref().filter(|_| !spec.has_result_port()) else { return Ok(()) };
+    let text: String = console_events(lines, &mut 0).iter().map(Event::to_line).collect();
+    util::write_atomic(path, text.as_bytes())
+}
 
 #[derive(Clone, Debug)]
 pub struct RunOpts {
@@ -340,6 +360,7 @@ pub fn run(opts: &RunOpts) -> Result<Outcome> {
     let mut panic_seen: Option<Instant> = None;
     let mut panic_report_s = None;
     let mut last_qmp = Instant::now();
+    let mut console_pos = 0;
     let qmp_ok = vm.connect_qmp(Duration::from_secs(10));
     let vcpus = if qmp_ok.is_ok() { vm.vcpu_threads().unwrap_or_default() } else { vec![] };
     if opts.pin {
@@ -365,7 +386,9 @@ pub fn run(opts: &RunOpts) -> Result<Outcome> {
         if panic_seen.is_none() && lines[before..].iter().any(|l| l.contains("Kernel panic - not syncing")) {
             panic_seen = Some(now);
         }
-        for ev in tail.poll() {
+        let mut new_events = tail.poll();
+        new_events.extend(console_events(&lines, &mut console_pos));
+        for ev in new_events {
             match &ev {
                 Event::Hello { .. } => {
                     boot_s.get_or_insert(t0.elapsed().as_secs_f64());
@@ -411,6 +434,7 @@ pub fn run(opts: &RunOpts) -> Result<Outcome> {
             std::thread::sleep(Duration::from_millis(100));
             drain_console(&mut lines, &mut vm, &mut consolef);
             events.extend(tail.poll());
+            events.extend(console_events(&lines, &mut console_pos));
             let done = events.iter().any(|e| matches!(e, Event::Done));
             if let Some(text) = console::panic_text(&lines) {
                 verdict = Some(Verdict::Panic { text });
@@ -436,6 +460,8 @@ pub fn run(opts: &RunOpts) -> Result<Outcome> {
     drain_console(&mut lines, &mut vm, &mut consolef);
     consolef.flush()?;
     events.extend(tail.poll());
+    events.extend(console_events(&lines, &mut console_pos));
+    write_console_results(&spec, &lines)?;
 
     events.extend(crate::kunit::from_console(&lines));
     let verdict = verdict.expect("loop ends with a verdict");
@@ -663,6 +689,18 @@ mod tests {
         assert!(t.poll().is_empty());
         std::fs::write(&p, format!("{a}{b}{}", Event::Done.to_line())).unwrap();
         assert_eq!(t.poll().len(), 2);
+    }
+
+    #[test]
+    fn console_results_are_events() {
+        let done = Event::Done.to_line();
+        let mut lines = vec!["[    0.1] boot".to_string(), format!("LABRESULT {done}"), "LABRESULT {bad".into()];
+        let mut pos = 0;
+        assert_eq!(console_events(&lines, &mut pos).len(), 1);
+        assert_eq!(pos, 3);
+        lines.push(format!("[tiers] LABRESULT {done}"));
+        assert_eq!(console_events(&lines, &mut pos).len(), 1);
+        assert!(console_events(&lines, &mut pos).is_empty());
     }
 
     #[test]
