@@ -186,10 +186,15 @@ pub fn load_baseline(path: &Path) -> Result<Metrics> {
     Ok(f.metrics)
 }
 
+/// Copies a run directory, leaving out the initramfs: it is large, and the manifest records
+/// what went into it.
 fn copy_dir(from: &Path, to: &Path) -> Result<()> {
     std::fs::create_dir_all(to)?;
     for e in std::fs::read_dir(from)? {
         let e = e?;
+        if e.file_name() == "initramfs.cpio" {
+            continue;
+        }
         let dest = to.join(e.file_name());
         if e.file_type()?.is_dir() {
             copy_dir(&e.path(), &dest)?;
@@ -220,6 +225,8 @@ pub struct Nightly {
     pub metrics: Metrics,
     pub comparisons: Vec<Comparison>,
     pub wall_s: f64,
+    /// kcidb.json failed the schema check (kcidb-io's message).
+    pub kcidb_error: Option<String>,
 }
 
 impl Nightly {
@@ -236,6 +243,13 @@ impl Nightly {
         }
         if let Some(e) = &self.reproduce_error {
             f.push(format!("reproduce: {e}"));
+        }
+        if let Some(e) = &self.kcidb_error {
+            f.push(format!(
+                "kcidb.json does not validate against KCIDB schema {}.{}: {e}",
+                kcidb::VERSION.0,
+                kcidb::VERSION.1
+            ));
         }
         for c in &self.comparisons {
             if c.verdict == Verdict::Regressed {
@@ -331,7 +345,7 @@ pub fn run(opts: &Opts) -> Result<Nightly> {
         }
     }
     let comparisons = baseline.map(|b| compare(&b, &metrics, opts.threshold_pct)).unwrap_or_default();
-    let n = Nightly {
+    let mut n = Nightly {
         builds,
         stages,
         reproduce: repro,
@@ -339,8 +353,13 @@ pub fn run(opts: &Opts) -> Result<Nightly> {
         metrics,
         comparisons,
         wall_s: t0.elapsed().as_secs_f64(),
+        kcidb_error: None,
     };
-    write_artifacts(&n, opts)?;
+    let lock = lock::Lock::load(&lock::Lock::path())?;
+    let kcidb_file = opts.out.join("kcidb.json");
+    std::fs::write(&kcidb_file, serde_json::to_string_pretty(&kcidb_report(&n, opts, &lock)?)?)?;
+    n.kcidb_error = validate_kcidb(&kcidb_file).and_then(|r| r.err());
+    write_artifacts(&n, opts, &lock)?;
     Ok(n)
 }
 
@@ -395,8 +414,7 @@ fn rel(p: &Path, base: &Path) -> String {
     p.strip_prefix(base).unwrap_or(p).display().to_string()
 }
 
-fn write_artifacts(n: &Nightly, opts: &Opts) -> Result<()> {
-    let lock = lock::Lock::load(&lock::Lock::path())?;
+fn write_artifacts(n: &Nightly, opts: &Opts, lock: &lock::Lock) -> Result<()> {
     let failures = n.failures();
     let stages: Vec<StageJson> = n
         .stages
@@ -440,9 +458,37 @@ fn write_artifacts(n: &Nightly, opts: &Opts) -> Result<()> {
         runs.extend(r.outcomes().map(|o| ("reproduce", o)));
     }
     std::fs::write(opts.out.join("junit.xml"), report::junit_merged("binder-lab nightly", &runs))?;
-    std::fs::write(opts.out.join("kcidb.json"), serde_json::to_string_pretty(&kcidb_report(n, opts, &lock)?)?)?;
     std::fs::write(opts.out.join("report.html"), html_report(n, opts, &failures))?;
     Ok(())
+}
+
+/// kcidb-io, the schema's reference implementation, in a private venv in the cache.
+pub const KCIDB_IO: &str = "kcidb-io==141";
+
+/// Validates `kcidb.json` against the KCIDB schema with kcidb-io. Returns None when the
+/// validator cannot be installed (no network): the report is still written.
+pub fn validate_kcidb(file: &Path) -> Option<std::result::Result<(), String>> {
+    let venv = paths::cache().join("tools").join(KCIDB_IO.replace("==", "-"));
+    let py = venv.join("bin/python3");
+    if !py.is_file() {
+        let ok =
+            std::process::Command::new("python3").arg("-m").arg("venv").arg(&venv).status().is_ok_and(|s| s.success())
+                && std::process::Command::new(venv.join("bin/pip"))
+                    .args(["install", "-q", KCIDB_IO])
+                    .status()
+                    .is_ok_and(|s| s.success());
+        if !ok {
+            eprintln!("lab nightly: could not install {KCIDB_IO} into {}; kcidb.json not validated", venv.display());
+            let _ = std::fs::remove_dir_all(&venv);
+            return None;
+        }
+    }
+    let out = std::process::Command::new(&py)
+        .args(["-c", "import json,sys,kcidb_io; kcidb_io.schema.LATEST.validate(json.load(open(sys.argv[1])))"])
+        .arg(file)
+        .output()
+        .ok()?;
+    Some(if out.status.success() { Ok(()) } else { Err(kcidb::excerpt(&String::from_utf8_lossy(&out.stderr))) })
 }
 
 fn unit_of(metric: &str) -> &'static str {

@@ -34,6 +34,7 @@ pub const HOST_PACKAGES: &[(&str, &str)] = &[
     ("python3", "kernel scripts"),
     ("python3-ply", "checkpatch's SPDX check"),
     ("python3-git", "checkpatch's SPDX check"),
+    ("python3-venv", "a private kcidb-io to validate the nightly's KCIDB JSON"),
     ("gcc-aarch64-linux-gnu", "linker for the static aarch64 guest binaries"),
     ("libc6-dev-arm64-cross", "static glibc for the guest binaries"),
 ];

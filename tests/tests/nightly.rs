@@ -1,0 +1,85 @@
+//! The nightly entry point in its quick profile, against a deliberately better baseline: every
+//! stage passes, the artifact directory has the HTML report with inline plots, the merged
+//! JUnit, KCIDB JSON that validates, the seed tables; and the baseline makes it fail with a
+//! named regression. Figures themselves belong to `cargo make nightly`, not to tests.
+
+use lab::bench::Profile;
+use lab::nightly::{self, Opts, Verdict};
+use lab::run::RunOpts;
+
+#[test]
+fn quick_nightly_writes_artifacts_and_fails_on_a_regression() {
+    let out = tempfile::tempdir().unwrap();
+    let baseline = out.path().join("better-baseline.json");
+    // Far better than TCG can do: the night must report it as a regression.
+    std::fs::write(
+        &baseline,
+        r#"{"metrics": {"seed000.throughput.iterations_per_sec.m0": {"value": 1e9},
+                        "seed000.tiers.other.same_core.pct.m0": {"value": 100}}}"#,
+    )
+    .unwrap();
+    let dir = out.path().join("night");
+    let opts = Opts {
+        profile: Profile::Quick,
+        out: dir.clone(),
+        baseline: Some(baseline),
+        threshold_pct: 10.0,
+        fuzz_ops: 20_000,
+        base: RunOpts::default(),
+    };
+    let n = nightly::run(&opts).unwrap();
+    let failures = n.failures();
+    // The only failure is the regression: every stage and kernel passed.
+    assert_eq!(failures.len(), 1, "{failures:#?}");
+    assert!(failures[0].starts_with("regression: seed000.throughput.iterations_per_sec.m0"), "{failures:?}");
+    // Ungated metrics (tier shares) never fail the night.
+    assert_eq!(n.comparisons.len(), 1);
+    assert_eq!(n.comparisons[0].verdict, Verdict::Regressed);
+
+    for stage in
+        ["conformance-perf", "conformance-debug", "conformance-cbinder", "kunit-debug", "ctabs-perf", "fuzz-debug"]
+    {
+        for f in ["console.log", "manifest.json", "junit.xml", "results.tap"] {
+            assert!(dir.join(stage).join(f).is_file(), "{stage}/{f}");
+        }
+    }
+    let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
+    assert!(html.starts_with("<!DOCTYPE html>") && html.contains("binder-lab nightly: FAIL"));
+    assert!(html.matches("<svg").count() >= 4, "plots are inlined");
+    assert!(!html.contains("missing:"), "every plot found");
+    for needle in ["Seed 000", "Seed 001", "Seed 002", "regressed", "conformance-cbinder"] {
+        assert!(html.contains(needle), "report.html lacks {needle}");
+    }
+    let junit = std::fs::read_to_string(dir.join("junit.xml")).unwrap();
+    assert!(junit.contains("conformance-cbinder.conformance") && junit.contains("failures=\"0\""), "{junit}");
+
+    let k: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("kcidb.json")).unwrap()).unwrap();
+    assert_eq!(k["version"]["major"], 5);
+    assert_eq!(k["builds"].as_array().unwrap().len(), 3);
+    assert!(n.kcidb_error.is_none(), "{:?}", n.kcidb_error);
+    let tests = k["tests"].as_array().unwrap();
+    assert!(tests.iter().any(|t| t["path"] == "conformance.conformance.tc_deferral" && t["status"] == "PASS"));
+    assert!(tests.iter().any(|t| t["status"] == "DONE" && t["number"]["value"].as_f64().is_some()));
+
+    let j: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("nightly.json")).unwrap()).unwrap();
+    assert_eq!(j["ok"], false);
+    let m = j["metrics"].as_object().unwrap();
+    for key in [
+        "seed000.throughput.iterations_per_sec.m2",
+        "seed000.tiers.other.same_cluster.pct.m1",
+        "seed001.throughput.p99_ms.m0",
+        "seed001.throughput.p99_ms.m1",
+        "seed002.sendvec.0004.time_ns.m0",
+        "seed002.sendvec.0064.cpu_ns.m1",
+        "fuzz-debug.ops_per_s",
+    ] {
+        assert!(m[key]["value"].as_f64().is_some_and(f64::is_finite), "{key}");
+    }
+    let md = std::fs::read_to_string(dir.join("reproduce/reproduce.md")).unwrap();
+    assert_eq!(md.lines().filter(|l| l.starts_with("BM_sendVec_binderize/")).count(), 9);
+    assert!(md.contains("not measurable here"));
+
+    // The same results against themselves: nothing regresses.
+    let cur = nightly::load_baseline(&dir.join("nightly.json")).unwrap();
+    assert!(nightly::compare(&cur, &cur, 10.0).iter().all(|c| c.verdict == Verdict::Ok));
+}
