@@ -10,14 +10,15 @@ use binder::protocol::{Command, TransactionData, WriteBuf};
 use binder::testkit::payload;
 use binder::testkit::Driver;
 use binder::uapi::*;
-use binder::{Binder, CallOpts, Device, Error, Incoming, Reply};
+use binder::{Binder, CallOpts, Device, Error, Incoming, OpenOptions, Reply};
 use serde_json::{json, Value};
-use std::time::Duration;
 
-fn echo_manager(ctx: &Ctx) -> Result<Looper, CaseError> {
-    let dev = Device::open(&ctx.dev).ctx("open manager")?;
-    dev.become_context_manager_retry(None, Duration::from_secs(10)).ctx("BINDER_SET_CONTEXT_MGR")?;
-    Ok(Looper::spawn(dev, 1, None, |_, inc| Reply::bytes(&inc.data)))
+/// An echo server and a client with a handle `h` to it: `(server, client, h)`.
+fn echo_server(ctx: &Ctx) -> Result<(Server, Binder, u32), CaseError> {
+    let s = Server::start(ctx, &OpenOptions::default(), 1, None, |_, inc| Reply::bytes(&inc.data))?;
+    let mut c = Binder::open(&ctx.dev).ctx("open")?;
+    let h = s.connect(&mut c)?;
+    Ok((s, c, h))
 }
 
 /// Records what happened to one bad input.
@@ -47,9 +48,9 @@ fn errno_is(log: &mut Log, what: &str, r: std::io::Result<()>, errno: i32) -> Ca
 }
 
 /// A normal round trip on the same thread.
-fn still_works(c: &mut Binder, what: &str) -> CaseResult {
+fn still_works(c: &mut Binder, h: u32, what: &str) -> CaseResult {
     let req = payload::make(7, 3000);
-    let r = c.call(0, 1, &Parcel::from_bytes(&req)).ctx(&format!("valid call after {what}"))?;
+    let r = c.call(h, 1, &Parcel::from_bytes(&req)).ctx(&format!("valid call after {what}"))?;
     check!(r.data == req, "echo after {what} came back different");
     Ok(())
 }
@@ -85,7 +86,7 @@ pub fn invalid_handle(ctx: &Ctx, data: &mut Data) -> CaseResult {
     let r = c.call(0, 1, &Parcel::from_bytes(b"x")).map(Some);
     log.add("handle 0 without a context manager", r.as_ref().map(|_| ()).map_err(|e| e.to_string()));
     check!(matches!(r, Err(Error::DeadReply)), "handle 0 without a manager: {r:?}");
-    let mgr = echo_manager(ctx)?;
+    // The client holds no references yet: every handle but 0 is unknown.
     for h in [1u32, 7, 0x7fff_fff0, u32::MAX] {
         let r = c.call(h, 1, &Parcel::from_bytes(b"x")).map(Some);
         rejected(&mut log, &format!("sync to unknown handle {h:#x}"), r)?;
@@ -109,12 +110,40 @@ pub fn invalid_handle(ctx: &Ctx, data: &mut Data) -> CaseResult {
         log.add(&format!("{} on an unknown handle", cmd.name()), &r);
         check!(r.is_ok(), "{} on an unknown handle failed the ioctl: {r:?}", cmd.name());
     }
-    still_works(&mut c, "calls to unknown handles")?;
-    // The manager calling handle 0 is calling itself: refused.
-    let mut m = Binder::from_device(mgr.device().clone());
+    let srv = Server::start(ctx, &OpenOptions::default(), 1, None, |_, inc| Reply::bytes(&inc.data))?;
+    let h = srv.connect(&mut c)?;
+    still_works(&mut c, h, "calls to unknown handles")?;
+    c.release(h)?;
+    srv.stop()?;
+
+    // A context manager in this process, on its own fd.
+    let mdev = Device::open(&ctx.dev).ctx("open manager")?;
+    mdev.become_context_manager_retry(None, MGR_WAIT).ctx("BINDER_SET_CONTEXT_MGR")?;
+    let mgr = Looper::spawn(mdev.clone(), 1, None, |_, inc| Reply::bytes(&inc.data));
+    // The manager calling handle 0 on its own fd is calling itself: refused by both.
+    let mut m = Binder::from_device(mdev);
     let r = m.call(0, 1, &Parcel::from_bytes(b"self")).map(Some);
     rejected(&mut log, "context manager calling handle 0 (itself)", r)?;
     drop(m);
+    // Another fd of the manager's process calling handle 0. The drivers differ (README,
+    // "C vs Rust driver differences"): the C driver refuses it by pid, with BR_FAILED_REPLY
+    // and "got transaction to context manager from process owning it" in its log (EINVAL
+    // in the extended error); the Rust driver refuses only the manager's own binder_proc
+    // (its fd), so the call reaches the manager.
+    let r = c.call(0, 1, &Parcel::from_bytes(b"same process"));
+    log.add("another fd of the manager's process calling handle 0", r.as_ref().map(|_| ()).map_err(|e| e.to_string()));
+    data.insert("same_process_handle_0_extended_error".into(), ee(&c));
+    match ctx.driver {
+        Driver::C => check!(
+            matches!(r, Err(Error::FailedReply)),
+            "C driver: handle 0 from the manager's process (another fd): expected BR_FAILED_REPLY, got {r:?}"
+        ),
+        Driver::Rust => check!(
+            matches!(&r, Ok(rep) if rep.data == b"same process"),
+            "Rust driver: handle 0 from the manager's process (another fd): expected the echo, got {r:?}"
+        ),
+    }
+    drop(r);
     finish(data, log);
     drop(c);
     mgr.stop()?;
@@ -123,8 +152,7 @@ pub fn invalid_handle(ctx: &Ctx, data: &mut Data) -> CaseResult {
 
 pub fn bad_pointers(ctx: &Ctx, data: &mut Data) -> CaseResult {
     let mut log = Log(vec![]);
-    let mgr = echo_manager(ctx)?;
-    let mut c = Binder::open(&ctx.dev).ctx("open")?;
+    let (mgr, mut c, h) = echo_server(ctx)?;
     let bad = bad_ptr();
     for (name, p) in [("PROT_NONE page", bad), ("kernel address", KERNEL_PTR), ("NULL", 0)] {
         // SAFETY: the argument points at no accessible user memory: the driver's copy
@@ -146,17 +174,17 @@ pub fn bad_pointers(ctx: &Ctx, data: &mut Data) -> CaseResult {
     let r = c.write_read_raw(&mut bwr);
     log.add("write_size past the end of readable memory", (&r, bwr.write_consumed));
     check!(r.is_err(), "a write buffer running into a PROT_NONE page was accepted");
-    still_works(&mut c, "bad BINDER_WRITE_READ pointers")?;
+    still_works(&mut c, h, "bad BINDER_WRITE_READ pointers")?;
 
     // Transactions whose data or offsets cannot be read.
     let opts = CallOpts::default();
     for (name, p) in [("PROT_NONE page", bad), ("kernel address", KERNEL_PTR)] {
-        rejected(&mut log, &format!("transaction data: {name}"), c.call_raw(raw(0, 0, p, 64, 0, 0), &opts, None))?;
+        rejected(&mut log, &format!("transaction data: {name}"), c.call_raw(raw(h, 0, p, 64, 0, 0), &opts, None))?;
         let buf = [0u8; 64];
-        let r = c.call_raw(raw(0, 0, buf.as_ptr() as u64, 64, p, 8), &opts, None);
+        let r = c.call_raw(raw(h, 0, buf.as_ptr() as u64, 64, p, 8), &opts, None);
         rejected(&mut log, &format!("transaction offsets: {name}"), r)?;
         let r =
-            c.call_raw(raw(0, TF_ONE_WAY, p, 64, 0, 0), &CallOpts { flags: TF_ONE_WAY, ..Default::default() }, None);
+            c.call_raw(raw(h, TF_ONE_WAY, p, 64, 0, 0), &CallOpts { flags: TF_ONE_WAY, ..Default::default() }, None);
         rejected(&mut log, &format!("oneway data: {name}"), r)?;
     }
     data.insert("extended_error".into(), ee(&c));
@@ -169,7 +197,7 @@ pub fn bad_pointers(ctx: &Ctx, data: &mut Data) -> CaseResult {
         log.add(&format!("BC_FREE_BUFFER {name}"), &r);
         check!(r.is_ok(), "BC_FREE_BUFFER {name}: {r:?}");
     }
-    still_works(&mut c, "bad transaction pointers")?;
+    still_works(&mut c, h, "bad transaction pointers")?;
     finish(data, log);
     drop(c);
     mgr.stop()?;
@@ -178,8 +206,7 @@ pub fn bad_pointers(ctx: &Ctx, data: &mut Data) -> CaseResult {
 
 pub fn bad_offsets(ctx: &Ctx, data: &mut Data) -> CaseResult {
     let mut log = Log(vec![]);
-    let mgr = echo_manager(ctx)?;
-    let mut c = Binder::open(&ctx.dev).ctx("open")?;
+    let (mgr, mut c, h) = echo_server(ctx)?;
     let opts = CallOpts::default();
     let mut obj = Parcel::new();
     obj.write_object(Object::binder(0x5000, 0x5001));
@@ -197,25 +224,27 @@ pub fn bad_offsets(ctx: &Ctx, data: &mut Data) -> CaseResult {
         ("offset u64::MAX", one.clone(), vec![u64::MAX], 8),
     ];
     for (name, d, offs, offs_size) in &cases {
-        let r = c.call_raw(raw(0, 0, d.as_ptr() as u64, d.len() as u64, offs.as_ptr() as u64, *offs_size), &opts, None);
+        let r = c.call_raw(raw(h, 0, d.as_ptr() as u64, d.len() as u64, offs.as_ptr() as u64, *offs_size), &opts, None);
         rejected(&mut log, name, r)?;
     }
     // An unknown object type where an object should be.
     let junk = [0x5au8; 24];
     let offs = [0u64];
-    let r = c.call_raw(raw(0, 0, junk.as_ptr() as u64, 24, offs.as_ptr() as u64, 8), &opts, None);
+    let r = c.call_raw(raw(h, 0, junk.as_ptr() as u64, 24, offs.as_ptr() as u64, 8), &opts, None);
     rejected(&mut log, "unknown object type", r)?;
     // An offsets array far larger than the buffer space.
-    let r = c.call_raw(raw(0, 0, one.as_ptr() as u64, 24, offs.as_ptr() as u64, 1 << 40), &opts, None);
+    let r = c.call_raw(raw(h, 0, one.as_ptr() as u64, 24, offs.as_ptr() as u64, 1 << 40), &opts, None);
     rejected(&mut log, "offsets_size 1 TiB", r)?;
     // A valid object in the same position works.
-    let r = c.call_raw(raw(0, 0, one.as_ptr() as u64, 24, offs.as_ptr() as u64, 8), &opts, None);
+    let r = c.call_raw(raw(h, 0, one.as_ptr() as u64, 24, offs.as_ptr() as u64, 8), &opts, None);
     log.add("valid object", r.as_ref().map(|_| ()).map_err(|e| e.to_string()));
     check!(r.is_ok(), "a valid object after the bad ones: {r:?}");
     data.insert("extended_error".into(), ee(&c));
-    still_works(&mut c, "bad offsets")?;
+    still_works(&mut c, h, "bad offsets")?;
     finish(data, log);
-    // Failed transactions must not leave references behind.
+    // Failed transactions must not leave references behind (the one on the server's node
+    // goes first).
+    c.release(h)?;
     let st = binder::testkit::logs::Stats::read()?;
     let refs: u64 = st.proc(getpid()).iter().map(|p| p.refs).sum();
     check!(refs == 0, "{refs} ref(s) left after the rejected transactions");
@@ -226,33 +255,32 @@ pub fn bad_offsets(ctx: &Ctx, data: &mut Data) -> CaseResult {
 
 pub fn oversized(ctx: &Ctx, data: &mut Data) -> CaseResult {
     let mut log = Log(vec![]);
-    let mgr = echo_manager(ctx)?;
-    let mut c = Binder::open(&ctx.dev).ctx("open")?;
+    let (mgr, mut c, h) = echo_server(ctx)?;
     let (_, map_len) = mgr.device().mapping();
     let opts = CallOpts::default();
     let big = vec![0xabu8; 2 * 1024 * 1024];
     for size in [map_len as u64 + 1, 2 * 1024 * 1024] {
-        let r = c.call_raw(raw(0, 0, big.as_ptr() as u64, size, 0, 0), &opts, None);
+        let r = c.call_raw(raw(h, 0, big.as_ptr() as u64, size, 0, 0), &opts, None);
         rejected(&mut log, &format!("{size} bytes to a {map_len}-byte mapping"), r)?;
     }
     // Sizes whose alignment or sum overflows.
     for size in [u64::MAX, u64::MAX - 3, 1 << 62] {
-        let r = c.call_raw(raw(0, 0, big.as_ptr() as u64, size, 0, 0), &opts, None);
+        let r = c.call_raw(raw(h, 0, big.as_ptr() as u64, size, 0, 0), &opts, None);
         rejected(&mut log, &format!("data_size {size:#x}"), r)?;
     }
     let offs = [0u64; 1];
-    let r = c.call_raw(raw(0, 0, big.as_ptr() as u64, 1 << 40, offs.as_ptr() as u64, u64::MAX - 7), &opts, None);
+    let r = c.call_raw(raw(h, 0, big.as_ptr() as u64, 1 << 40, offs.as_ptr() as u64, u64::MAX - 7), &opts, None);
     rejected(&mut log, "data_size + offsets_size overflowing", r)?;
     // Oneway calls may only use half of the mapping.
     let ow = CallOpts { flags: TF_ONE_WAY, ..Default::default() };
     let half = map_len as u64 / 2 + 4096;
-    let r = c.call_raw(raw(0, TF_ONE_WAY, big.as_ptr() as u64, half, 0, 0), &ow, None);
+    let r = c.call_raw(raw(h, TF_ONE_WAY, big.as_ptr() as u64, half, 0, 0), &ow, None);
     rejected(&mut log, &format!("oneway of {half} bytes (more than half the mapping)"), r)?;
     data.insert("extended_error".into(), ee(&c));
     // The largest sizes still work.
-    let r = c.call(0, 1, &Parcel::from_bytes(&big[..64 * 1024])).ctx("64 KiB after the oversized ones")?;
+    let r = c.call(h, 1, &Parcel::from_bytes(&big[..64 * 1024])).ctx("64 KiB after the oversized ones")?;
     check!(r.data.len() == 64 * 1024, "64 KiB echo came back with {} bytes", r.data.len());
-    still_works(&mut c, "oversized transactions")?;
+    still_works(&mut c, h, "oversized transactions")?;
     finish(data, log);
     drop(c);
     mgr.stop()?;
@@ -305,8 +333,7 @@ impl Drop for Guarded {
 
 pub fn unknown_command(ctx: &Ctx, data: &mut Data) -> CaseResult {
     let mut log = Log(vec![]);
-    let mgr = echo_manager(ctx)?;
-    let mut c = Binder::open(&ctx.dev).ctx("open")?;
+    let (mgr, mut c, h) = echo_server(ctx)?;
     let code = |c: u32| c.to_ne_bytes().to_vec();
     let bogus: Vec<(&str, Vec<u8>)> = vec![
         ("unknown BC nr 0x3f", code(ioc(IOC_WRITE, b'c', 0x3f, 4)).into_iter().chain([0; 4]).collect()),
@@ -370,7 +397,7 @@ pub fn unknown_command(ctx: &Ctx, data: &mut Data) -> CaseResult {
         // other byte is our stack, so any outcome but a crash is acceptable.
         Driver::C => {}
     }
-    still_works(&mut c, "unknown commands")?;
+    still_works(&mut c, h, "unknown commands")?;
     finish(data, log);
     drop(c);
     mgr.stop()?;

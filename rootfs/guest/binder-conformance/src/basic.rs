@@ -4,7 +4,9 @@
 //!
 //! Servers run as threads with their own binder fd (a separate binder process to the
 //! driver) unless the case needs a real process: the death notification server must
-//! exit, and fds are passed between separate fd tables.
+//! exit, and fds are passed between separate fd tables. A thread server is reached through
+//! a handle from a context manager in a forked process ([`Server`]): the C driver refuses
+//! calls to handle 0 from the process that owns the manager.
 
 use crate::check;
 use crate::common::*;
@@ -14,6 +16,7 @@ use binder::protocol::Return;
 use binder::testkit::child::fork_child;
 use binder::testkit::payload;
 use binder::testkit::rng::mix;
+use binder::testkit::Driver;
 use binder::uapi::*;
 use binder::{sm, Binder, CallOpts, Device, Error, EventLog, Incoming, OpenOptions, Reply};
 use serde_json::{json, Value};
@@ -21,25 +24,6 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-/// How long a new context manager may wait for the previous case's manager to go.
-const MGR_WAIT: Duration = Duration::from_secs(10);
-
-/// A context manager device served by `threads` looper threads.
-fn manager<F>(
-    ctx: &Ctx,
-    opts: &OpenOptions,
-    threads: usize,
-    events: Option<EventLog>,
-    h: F,
-) -> Result<Looper, CaseError>
-where
-    F: Fn(&mut Binder, &Incoming) -> Reply + Send + Sync + 'static,
-{
-    let dev = Device::open_with(&ctx.dev, opts).ctx("open manager device")?;
-    dev.become_context_manager_retry(None, MGR_WAIT).ctx("BINDER_SET_CONTEXT_MGR")?;
-    Ok(Looper::spawn(dev, threads, events, h))
-}
 
 fn client(ctx: &Ctx) -> Result<Binder, CaseError> {
     Binder::open(&ctx.dev).ctx("open client device")
@@ -50,6 +34,7 @@ pub fn binder_version(ctx: &Ctx, data: &mut Data) -> CaseResult {
     let v = a.version().ctx("BINDER_VERSION")?;
     data.insert("protocol_version".into(), json!(v));
     data.insert("driver".into(), json!(ctx.driver.name()));
+    data.insert("driver_evidence".into(), json!(Driver::evidence()));
     check!(v == BINDER_CURRENT_PROTOCOL_VERSION, "protocol_version {v}, expected {BINDER_CURRENT_PROTOCOL_VERSION}");
     // Any open file answers, also one without a mapping.
     let b = Device::open_with(&ctx.dev, &OpenOptions { map_size: 0, ..Default::default() }).ctx("open unmapped")?;
@@ -57,33 +42,66 @@ pub fn binder_version(ctx: &Ctx, data: &mut Data) -> CaseResult {
     check!(v2 == v, "second fd reports version {v2}");
     // SAFETY: the pointer is a PROT_NONE page: the kernel's copy fails, nothing is written.
     let r = unsafe { a.ioctl_raw(BINDER_VERSION, bad_ptr() as *mut libc::c_void) };
+    // The drivers differ (README, "C vs Rust driver differences"): the C driver turns the
+    // failed put_user into EINVAL, the Rust driver returns the copy's EFAULT.
+    let want = match ctx.driver {
+        Driver::C => libc::EINVAL,
+        Driver::Rust => libc::EFAULT,
+    };
+    let got = r.as_ref().err().and_then(|e| e.raw_os_error());
+    data.insert("bad_pointer_errno".into(), json!(got));
     check!(
-        r.as_ref().err().and_then(|e| e.raw_os_error()) == Some(libc::EFAULT),
-        "BINDER_VERSION to a bad pointer: {r:?}"
+        got == Some(want),
+        "BINDER_VERSION to a bad pointer: {r:?}, expected errno {want} ({} driver)",
+        ctx.driver.name()
     );
     Ok(())
 }
 
 pub fn context_manager(ctx: &Ctx, data: &mut Data) -> CaseResult {
-    let m = Device::open(&ctx.dev).ctx("open")?;
-    let t0 = Instant::now();
-    m.become_context_manager_retry(None, MGR_WAIT).ctx("first BINDER_SET_CONTEXT_MGR")?;
-    data.insert("set_ms".into(), json!(ms(t0.elapsed())));
+    // The manager is its own process, which answers our questions about its fd; the C
+    // driver refuses calls to handle 0 from the manager's process (bad_invalid_handle).
+    let dev = ctx.dev.clone();
+    let mut mgr = fork_child(move |chan| {
+        let r = (|| -> Result<(), String> {
+            let m = Device::open(&dev).map_err(|e| e.to_string())?;
+            let t0 = Instant::now();
+            m.become_context_manager_retry(None, MGR_WAIT).map_err(|e| format!("first BINDER_SET_CONTEXT_MGR: {e}"))?;
+            chan.send(&format!("set {}", ms(t0.elapsed()))).map_err(|e| e.to_string())?;
+            chan.expect("again?", Duration::from_secs(60))?;
+            let e = m.become_context_manager().err().and_then(|e| e.errno());
+            chan.send(&format!("{}", e.unwrap_or(0))).map_err(|e| e.to_string())?;
+            let looper = Looper::spawn(m, 1, None, |_, inc| Reply::bytes(&[inc.data.as_slice(), b"@mgr"].concat()));
+            chan.send("serving").map_err(|e| e.to_string())?;
+            chan.expect("exit", Duration::from_secs(60))?;
+            // Closing the manager's only fd releases the context manager.
+            looper.stop().map_err(|e| e.to_string())
+        })();
+        child_exit("context manager process", r)
+    })
+    .ctx("fork the manager")?;
+    let line = mgr.chan.recv(ctx.t(15.0)).ctx("the manager process")?.ctx("the manager process did not answer")?;
+    let set_ms: f64 =
+        line.strip_prefix("set ").and_then(|v| v.parse().ok()).ctx(&format!("manager process: {line}"))?;
+    data.insert("set_ms".into(), json!(set_ms));
     let other = Device::open(&ctx.dev).ctx("open second")?;
     let e = other.become_context_manager().err().and_then(|e| e.errno());
     data.insert("second_process_errno".into(), json!(e));
     check!(e == Some(libc::EBUSY), "a second process got {e:?} instead of EBUSY");
-    let e = m.become_context_manager().err().and_then(|e| e.errno());
-    check!(e == Some(libc::EBUSY), "the manager setting itself again got {e:?} instead of EBUSY");
+    mgr.chan.send("again?")?;
+    let e = mgr.chan.recv(ctx.t(5.0)).ctx("the manager process")?.ctx("the manager process did not answer")?;
+    check!(e == libc::EBUSY.to_string(), "the manager setting itself again got errno {e} instead of EBUSY");
     let e = other.become_context_manager_ext(0, 0x10, 0x20).err().and_then(|e| e.errno());
     check!(e == Some(libc::EBUSY), "BINDER_SET_CONTEXT_MGR_EXT while set got {e:?} instead of EBUSY");
 
     // Handle 0 now reaches the manager.
-    let looper = Looper::spawn(m, 1, None, |_, inc| Reply::bytes(&[inc.data.as_slice(), b"@mgr"].concat()));
+    mgr.chan.expect("serving", ctx.t(5.0)).map_err(CaseError::Fail)?;
     let mut c = client(ctx)?;
     let r = c.transact(0, 1, b"hello", false).ctx("call handle 0")?;
     check!(r == b"hello@mgr", "handle 0 answered {:?}", String::from_utf8_lossy(&r));
-    looper.stop().ctx("stop manager")?;
+    mgr.chan.send("exit")?;
+    let st = mgr.wait_timeout(ctx.t(10.0));
+    check!(st == Some(0), "manager process exit status {st:?}");
     drop(c);
     // Once the manager's file is released, another process can take over.
     let t1 = Instant::now();
@@ -101,7 +119,7 @@ pub fn round_trip_sizes(ctx: &Ctx, data: &mut Data) -> CaseResult {
     const SIZES: &[usize] =
         &[0, 1, 3, 8, 24, 100, 1000, 4095, 4096, 4097, 8191, 8192, 12289, 16384, 32768, 49152, 65535, 65536];
     const REPEAT: u32 = 3;
-    let mgr = manager(ctx, &OpenOptions::default(), 1, None, |_, inc| {
+    let mgr = Server::start(ctx, &OpenOptions::default(), 1, None, |_, inc| {
         let seed = rt_seed(inc.code);
         if payload::check(seed, &inc.data).is_err() {
             return Reply::status(-libc::EBADMSG);
@@ -109,6 +127,7 @@ pub fn round_trip_sizes(ctx: &Ctx, data: &mut Data) -> CaseResult {
         Reply::bytes(&payload::make(!seed, inc.data.len()))
     })?;
     let mut c = client(ctx)?;
+    let h = mgr.connect(&mut c)?;
     let mut per_size = serde_json::Map::new();
     let mut code = 0u32;
     for &len in SIZES {
@@ -117,7 +136,7 @@ pub fn round_trip_sizes(ctx: &Ctx, data: &mut Data) -> CaseResult {
             code += 1;
             let req = payload::make(rt_seed(code), len);
             let t = Instant::now();
-            let reply = match c.call(0, code, &Parcel::from_bytes(&req)) {
+            let reply = match c.call(h, code, &Parcel::from_bytes(&req)) {
                 Ok(r) => r,
                 Err(Error::Status(s)) => return fail(format!("{len} B: the server found the request corrupted ({s})")),
                 Err(e) => return fail(format!("{len} B: {e}")),
@@ -135,7 +154,7 @@ pub fn round_trip_sizes(ctx: &Ctx, data: &mut Data) -> CaseResult {
     data.insert("median_ms_by_size".into(), Value::Object(per_size));
     data.insert("calls".into(), json!(code));
     drop(c);
-    mgr.stop().ctx("stop server")?;
+    mgr.stop()?;
     check_no_buffers(data, getpid())
 }
 
@@ -146,7 +165,7 @@ pub fn oneway_order(ctx: &Ctx, data: &mut Data) -> CaseResult {
     let seen: Arc<Mutex<Vec<(u32, i32)>>> = Arc::default();
     let s = seen.clone();
     // One looper thread: a single-threaded server.
-    let mgr = manager(ctx, &OpenOptions::default(), 1, None, move |_, inc| {
+    let mgr = Server::start(ctx, &OpenOptions::default(), 1, None, move |_, inc| {
         let mut seen = s.lock().unwrap();
         match inc.code {
             CODE_SEQ => {
@@ -158,15 +177,16 @@ pub fn oneway_order(ctx: &Ctx, data: &mut Data) -> CaseResult {
         }
     })?;
     let mut c = client(ctx)?;
+    let h = mgr.connect(&mut c)?;
     let t0 = Instant::now();
     for i in 0..N {
         let mut p = Parcel::new();
         p.write_u32(i).write_bytes(&payload::pattern(i as u64, (i as usize * 37) % 200));
-        c.send_oneway(0, CODE_SEQ, &p).ctx(&format!("oneway #{i}"))?;
+        c.send_oneway(h, CODE_SEQ, &p).ctx(&format!("oneway #{i}"))?;
     }
     let sent = t0.elapsed();
     let count = |c: &mut Binder| -> Option<u32> {
-        let r = c.transact(0, CODE_COUNT, &[], false).ok()?;
+        let r = c.transact(h, CODE_COUNT, &[], false).ok()?;
         Some(u32::from_ne_bytes(r.get(..4)?.try_into().ok()?))
     };
     let done = wait_for(ctx.t(10.0), || count(&mut c).filter(|&n| n >= N));
@@ -182,7 +202,7 @@ pub fn oneway_order(ctx: &Ctx, data: &mut Data) -> CaseResult {
     }
     check!(seen.iter().all(|s| s.1 == seen[0].1), "a single-threaded server ran calls on several threads");
     drop(c);
-    mgr.stop().ctx("stop server")?;
+    mgr.stop()?;
     check_no_buffers(data, getpid())
 }
 
@@ -217,7 +237,7 @@ pub fn nested_calls(ctx: &Ctx, data: &mut Data) -> CaseResult {
     let b_tids: Arc<Mutex<Vec<(u32, i32)>>> = Arc::default();
     let bt = b_tids.clone();
     // B: two threads, so a wrongly routed nested call would show another thread id.
-    let b = manager(ctx, &OpenOptions::default(), 2, None, move |b, inc| b_handle(b, inc, &bt))?;
+    let b = Server::start(ctx, &OpenOptions::default(), 2, None, move |b, inc| b_handle(b, inc, &bt))?;
     let a_dev = Device::open(&ctx.dev).ctx("open A")?;
     // A also has an idle looper: the nested call must still go to the calling thread.
     let looper_calls = Arc::new(AtomicU64::new(0));
@@ -227,13 +247,14 @@ pub fn nested_calls(ctx: &Ctx, data: &mut Data) -> CaseResult {
         Reply::status(-libc::EPROTO)
     });
     let mut a = Binder::from_device(a_dev);
+    let hb = b.connect(&mut a)?;
     let my_tid = binder::gettid();
     let mut nested_seen: Vec<(u32, i32, u64, u64)> = vec![];
     let mut leaf = String::new();
     let mut nested = |a: &mut Binder, inc: &Incoming| -> Reply {
         nested_seen.push((inc.code, binder::gettid(), inc.target, inc.cookie));
         // Depth 3: A -> B -> A -> B, back on B's waiting thread.
-        match a.call(0, LEAF, &Parcel::new()) {
+        match a.call(hb, LEAF, &Parcel::new()) {
             Ok(r) => leaf = String::from_utf8_lossy(&r.data).into_owned(),
             Err(e) => leaf = format!("error {e}"),
         }
@@ -241,7 +262,7 @@ pub fn nested_calls(ctx: &Ctx, data: &mut Data) -> CaseResult {
     };
     let mut p = Parcel::new();
     p.write_object(Object::binder(0xa0a0, 0xa1a1));
-    let reply = a.call_with(0, CALL_BACK, &p, &CallOpts::default(), Some(&mut nested)).ctx("A -> B")?;
+    let reply = a.call_with(hb, CALL_BACK, &p, &CallOpts::default(), Some(&mut nested)).ctx("A -> B")?;
     let reply = reply.ctx("no reply")?;
     let text = String::from_utf8_lossy(&reply.data).into_owned();
     data.insert("reply".into(), json!(text));
@@ -264,7 +285,7 @@ pub fn nested_calls(ctx: &Ctx, data: &mut Data) -> CaseResult {
     check!(looper_calls.load(Ordering::SeqCst) == 0, "A's idle looper thread got the nested call");
     drop(a);
     a_looper.stop().ctx("stop A's looper")?;
-    b.stop().ctx("stop B")?;
+    b.stop()?;
     check_no_buffers(data, getpid())
 }
 
@@ -285,13 +306,7 @@ pub fn death_notification(ctx: &Ctx, data: &mut Data) -> CaseResult {
             std::mem::forget(looper);
             Ok(())
         })();
-        match r {
-            Ok(()) => 0,
-            Err(e) => {
-                eprintln!("death server: {e}");
-                1
-            }
-        }
+        child_exit("death server", r)
     })
     .ctx("fork server")?;
     server.chan.expect("ready", ctx.t(15.0)).map_err(CaseError::Fail)?;
@@ -376,7 +391,7 @@ pub fn refcounts(ctx: &Ctx, data: &mut Data) -> CaseResult {
     const PW: u64 = 0xb1b1;
     const CW: u64 = 0xc1c1;
     let log: EventLog = Arc::default();
-    let owner = manager(ctx, &OpenOptions::default(), 1, Some(log.clone()), |_, inc| {
+    let owner = Server::start(ctx, &OpenOptions::default(), 1, Some(log.clone()), |_, inc| {
         let mut p = Parcel::new();
         match inc.code {
             NEW_STRONG => p.write_object(Object::binder(P, C)),
@@ -387,12 +402,13 @@ pub fn refcounts(ctx: &Ctx, data: &mut Data) -> CaseResult {
     })?;
     let odev = owner.device().clone();
     let mut c = client(ctx)?;
+    let ho = owner.connect(&mut c)?;
     let short = ctx.t(0.3);
     let long = ctx.t(5.0);
 
     // A strong reference arrives with the reply; keep it with BC_ACQUIRE before the
     // reply buffer (and the reference it carried) goes.
-    let r = c.call_keep(0, NEW_STRONG, &Parcel::new(), 0).ctx("get a strong node")?;
+    let r = c.call_keep(ho, NEW_STRONG, &Parcel::new(), 0).ctx("get a strong node")?;
     let objs = r.objects()?;
     let h = match objs.first() {
         Some(Object::Handle { weak: false, handle, .. }) => *handle,
@@ -427,7 +443,7 @@ pub fn refcounts(ctx: &Ctx, data: &mut Data) -> CaseResult {
     check!(gone.is_some(), "node still in its owner after all refs went");
 
     // A weak reference alone: BR_INCREFS then BR_DECREFS, never BR_ACQUIRE.
-    let r = c.call_keep(0, NEW_WEAK, &Parcel::new(), 0).ctx("get a weak node")?;
+    let r = c.call_keep(ho, NEW_WEAK, &Parcel::new(), 0).ctx("get a weak node")?;
     let hw = match r.objects()?.first() {
         Some(Object::Handle { weak: true, handle, .. }) => *handle,
         o => return fail(format!("expected a weak handle, got {o:?}")),
@@ -441,7 +457,8 @@ pub fn refcounts(ctx: &Ctx, data: &mut Data) -> CaseResult {
     data.insert("weak_node_events".into(), json!(names(&ev)));
     check!(names(&ev) == ["BR_INCREFS", "BR_DECREFS"], "weak node: {:?}", names(&ev));
 
-    // The client holds no refs now.
+    // The client holds no refs now (once it drops the one on the owner's node).
+    c.release(ho)?;
     let st = binder::testkit::logs::Stats::read()?;
     let refs: u64 = st.proc(getpid()).iter().map(|p| p.refs).sum();
     check!(refs == 0, "{refs} ref(s) left in the client");
@@ -518,13 +535,7 @@ pub fn fd_passing(ctx: &Ctx, data: &mut Data) -> CaseResult {
             let _ = chan.recv(Duration::from_secs(600));
             looper.stop().map_err(|e| e.to_string())
         })();
-        match r {
-            Ok(()) => 0,
-            Err(e) => {
-                eprintln!("fd server: {e}");
-                1
-            }
-        }
+        child_exit("fd server", r)
     })
     .ctx("fork server")?;
     server.chan.expect("ready", ctx.t(15.0)).map_err(CaseError::Fail)?;
@@ -580,7 +591,7 @@ pub fn free_buffer(ctx: &Ctx, data: &mut Data) -> CaseResult {
     let held: Arc<Mutex<Vec<u64>>> = Arc::default();
     let hs = held.clone();
     let small = OpenOptions { map_size: MAP, ..Default::default() };
-    let mgr = manager(ctx, &small, 1, None, move |b, inc| match inc.code {
+    let mgr = Server::start(ctx, &small, 1, None, move |b, inc| match inc.code {
         BIG_REPLY => Reply::bytes(&payload::make(inc.data.len() as u64, CHUNK)),
         HOLD => {
             if payload::verify(&inc.data).is_err() {
@@ -601,9 +612,10 @@ pub fn free_buffer(ctx: &Ctx, data: &mut Data) -> CaseResult {
 
     // 1. Replies kept in the client's (small) mapping.
     let mut c = Binder::open_with(&ctx.dev, &small).ctx("open client")?;
+    let h = mgr.connect(&mut c)?;
     let fill = |c: &mut Binder, kept: &mut Vec<u64>| -> Result<usize, CaseError> {
         for i in 0..20 {
-            match c.call_keep(0, BIG_REPLY, &Parcel::from_bytes(&vec![0; i]), 0) {
+            match c.call_keep(h, BIG_REPLY, &Parcel::from_bytes(&vec![0; i]), 0) {
                 Ok(r) => {
                     payload::check(i as u64, &r.data).map_err(|e| CaseError::Fail(format!("kept reply #{i}: {e}")))?;
                     kept.push(r.buffer);
@@ -635,7 +647,7 @@ pub fn free_buffer(ctx: &Ctx, data: &mut Data) -> CaseResult {
     // 2. Requests kept in the server's (small) mapping.
     let mut sent = 0;
     let full = loop {
-        match c.call(0, HOLD, &Parcel::from_bytes(&payload::make(sent, CHUNK))) {
+        match c.call(h, HOLD, &Parcel::from_bytes(&payload::make(sent, CHUNK))) {
             Err(Error::Status(0)) => sent += 1,
             Err(Error::FailedReply) => break sent,
             r => return fail(format!("held request #{sent}: {r:?}")),
@@ -644,11 +656,11 @@ pub fn free_buffer(ctx: &Ctx, data: &mut Data) -> CaseResult {
     };
     data.insert("requests_until_full".into(), json!(full));
     check!(full >= 2, "only {full} requests fit");
-    let freed = c.transact(0, FREE_ALL, &[], false).ctx("FREE_ALL")?;
+    let freed = c.transact(h, FREE_ALL, &[], false).ctx("FREE_ALL")?;
     check!(freed == (full as u32).to_ne_bytes(), "server freed {freed:?}");
-    let again = c.call(0, HOLD, &Parcel::from_bytes(&payload::make(99, CHUNK)));
+    let again = c.call(h, HOLD, &Parcel::from_bytes(&payload::make(99, CHUNK)));
     check!(matches!(again, Err(Error::Status(0))), "after the server freed its buffers: {again:?}");
-    c.transact(0, FREE_ALL, &[], false)?;
+    c.transact(h, FREE_ALL, &[], false)?;
     drop(c);
     mgr.stop()?;
     check_no_buffers(data, getpid())
@@ -656,7 +668,8 @@ pub fn free_buffer(ctx: &Ctx, data: &mut Data) -> CaseResult {
 
 pub fn service_manager(ctx: &Ctx, data: &mut Data) -> CaseResult {
     const ECHO: u32 = 7;
-    let smgr = sm::ServiceManager::start(&ctx.dev, MGR_WAIT, None).ctx("start the context manager")?;
+    // The manager is another process: the service and the client here call handle 0.
+    let smgr = sm::ForkedServiceManager::start(&ctx.dev, MGR_WAIT).ctx("start the context manager")?;
     // A service process with a node registered under a name.
     let sdev = Device::open(&ctx.dev)?;
     let service = Looper::spawn(sdev.clone(), 1, None, |_, inc| {

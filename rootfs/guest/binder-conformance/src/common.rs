@@ -1,13 +1,19 @@
 //! What every case uses: the context, the error type, timing and check helpers.
 
+use binder::looper::Looper;
+use binder::sm::{self, ForkedServiceManager};
 use binder::testkit::logs::Stats;
 use binder::testkit::Driver;
+use binder::{Binder, Device, EventLog, Incoming, OpenOptions, Reply};
 use serde_json::{json, Value};
 use std::fmt::Display;
 use std::time::{Duration, Instant};
 
 /// Case data reported with the result (pass or fail).
 pub type Data = serde_json::Map<String, Value>;
+
+/// A string under this key in a passing case's data becomes its result message.
+pub const SUMMARY: &str = "summary";
 
 pub struct Ctx {
     /// The binder device (`/dev/binderfs/binder`).
@@ -19,6 +25,8 @@ pub struct Ctx {
     /// Seconds of load in the stress case.
     pub stress_s: f64,
     pub seed: u64,
+    /// seed002's deferral switch (`--defer-tc-switch`).
+    pub defer_tc_switch: String,
 }
 
 impl Ctx {
@@ -71,6 +79,76 @@ impl<T> Context<T> for Option<T> {
 
 pub fn fail<T>(msg: impl Into<String>) -> Result<T, CaseError> {
     Err(CaseError::Fail(msg.into()))
+}
+
+/// How long a new context manager may wait for the previous case's manager to go.
+pub const MGR_WAIT: Duration = Duration::from_secs(10);
+/// The name, pointer and cookie of a case's server node.
+const SERVICE: &str = "lab.conformance";
+const SERVICE_PTR: u64 = 0x5e_0000;
+const SERVICE_COOKIE: u64 = 0x5e_c00c;
+
+/// A case's server: looper threads on their own binder fd in the case process, serving a
+/// node that clients reach through a handle from a context manager in a forked process.
+///
+/// The C driver refuses transactions to handle 0 from the process that owns the context
+/// manager, the Rust driver only those from the manager's own fd; with the manager in
+/// another process both drivers run the case the same way, and the server can still share
+/// state with the case.
+pub struct Server {
+    looper: Looper,
+    sm: ForkedServiceManager,
+}
+
+impl Server {
+    /// Forks the context manager (call it while the case is still single-threaded),
+    /// opens the server's fd with `opts`, starts `threads` looper threads and registers
+    /// the node.
+    pub fn start<F>(
+        ctx: &Ctx,
+        opts: &OpenOptions,
+        threads: usize,
+        events: Option<EventLog>,
+        h: F,
+    ) -> Result<Server, CaseError>
+    where
+        F: Fn(&mut Binder, &Incoming) -> Reply + Send + Sync + 'static,
+    {
+        let sm = ForkedServiceManager::start(&ctx.dev, MGR_WAIT).ctx("start the context manager process")?;
+        let dev = Device::open_with(&ctx.dev, opts).ctx("open server device")?;
+        let looper = Looper::spawn(dev.clone(), threads, events, h);
+        let mut b = Binder::from_device(dev);
+        sm::add_service(&mut b, SERVICE, SERVICE_PTR, SERVICE_COOKIE).ctx("register the server node")?;
+        Ok(Server { looper, sm })
+    }
+
+    /// A strong handle to the server's node for client `c` (drop it with
+    /// [`Binder::release`], or by closing `c`).
+    pub fn connect(&self, c: &mut Binder) -> Result<u32, CaseError> {
+        sm::get_service(c, SERVICE).ctx("look the server node up")
+    }
+
+    pub fn device(&self) -> &std::sync::Arc<Device> {
+        self.looper.device()
+    }
+
+    /// Stops the looper threads and the context manager process.
+    pub fn stop(self) -> CaseResult {
+        let r = self.looper.stop().ctx("stop the server");
+        self.sm.stop().ctx("stop the context manager process")?;
+        r
+    }
+}
+
+/// A forked helper's exit code for its result: 0, or 1 with the error on stderr.
+pub fn child_exit(who: &str, r: Result<(), String>) -> i32 {
+    match r {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("{who}: {e}");
+            1
+        }
+    }
 }
 
 pub fn ms(d: Duration) -> f64 {

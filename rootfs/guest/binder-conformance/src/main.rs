@@ -4,7 +4,7 @@
 //! case are checked for splats, which fail that case.
 //!
 //! `binder-conformance [--case NAME]... [--skip NAME]... [--list] [--stress-seconds S]
-//! [--seed N] [--device PATH]`
+//! [--seed N] [--device PATH] [--defer-tc-switch PATH]`
 //!
 //! The last case, `leaks`, compares binderfs `binder_logs/stats` (and `state`) from
 //! before the first case with after the last: no process, thread, node, ref or buffer
@@ -21,7 +21,7 @@ use binder::testkit::child::fork_child;
 use binder::testkit::kmsg::{self, Kmsg};
 use binder::testkit::logs::{self, Stats};
 use binder::testkit::{is_debug_kernel, Driver};
-use common::{CaseError, CaseResult, Ctx, Data};
+use common::{CaseError, CaseResult, Ctx, Data, SUMMARY};
 use labproto::{report, Status};
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
@@ -73,7 +73,7 @@ struct Args {
 fn usage() -> ! {
     eprintln!(
         "usage: binder-conformance [--case NAME]... [--skip NAME]... [--list] [--stress-seconds S] [--seed N] \
-         [--device PATH]"
+         [--device PATH] [--defer-tc-switch PATH]"
     );
     std::process::exit(2);
 }
@@ -91,6 +91,7 @@ fn parse_args() -> Args {
             scale: if debug { 4 } else { 1 },
             stress_s: if debug { 20.0 } else { 15.0 },
             seed: 0x5eed_0001,
+            defer_tc_switch: seed002::DEFER_TC_SWITCH.into(),
         },
     };
     let mut it = std::env::args().skip(1);
@@ -103,6 +104,7 @@ fn parse_args() -> Args {
             "--device" => a.ctx.dev = val(),
             "--stress-seconds" => a.ctx.stress_s = val().parse().unwrap_or_else(|_| usage()),
             "--seed" => a.ctx.seed = parse_u64(&val()).unwrap_or_else(|| usage()),
+            "--defer-tc-switch" => a.ctx.defer_tc_switch = val(),
             _ => usage(),
         }
     }
@@ -122,7 +124,7 @@ fn run_case(case: &Case, ctx: &Ctx) -> (Status, Option<String>, Data) {
         let mut data = Data::new();
         let r = (case.run)(ctx, &mut data);
         let (status, message) = match r {
-            Ok(()) => ("pass", None),
+            Ok(()) => ("pass", data.get(SUMMARY).and_then(|s| s.as_str()).map(String::from)),
             Err(CaseError::Fail(m)) => ("fail", Some(m)),
             Err(CaseError::Skip(m)) => ("skip", Some(m)),
         };

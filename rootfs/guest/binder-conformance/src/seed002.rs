@@ -1,37 +1,38 @@
-//! Seed 002: when does BR_TRANSACTION_COMPLETE arrive?
+//! Seed 002: when do BR_TRANSACTION_COMPLETE, and BR_INCREFS/BR_ACQUIRE for the objects a
+//! transaction carries, arrive?
 //!
-//! With deferral (the drivers' default: the Rust driver queues the completion of a
-//! synchronous transaction as deferred thread work, the C driver does the same with
-//! `binder_enqueue_deferred_thread_work_ilocked`), a non-blocking read after a
-//! synchronous BC_TRANSACTION returns no BR_TRANSACTION_COMPLETE while the server has not
-//! replied, and the completion and BR_REPLY then come back in the same read. A oneway
-//! transaction gets its completion at once.
+//! With deferral (the Rust driver queues the completion of a synchronous transaction, and
+//! the node work of the objects it carries, as deferred thread work; the C driver does the
+//! same with `binder_enqueue_deferred_thread_work_ilocked` and `thread->process_todo`), a
+//! non-blocking read after a synchronous BC_TRANSACTION returns none of them while the
+//! server has not replied, and they come back in the same read as BR_REPLY. Without it
+//! (before seed 002) they come back at once, and the read after the reply has BR_REPLY
+//! alone. A oneway transaction gets its completion at once either way.
 //!
-//! The mode comes from `/sys/kernel/debug/rust_binder/defer_tc` when that switch exists:
-//! "0" turns deferral off, and the completion is then expected at once, before the reply.
+//! The mode: when `/sys/kernel/debug/rust_binder/defer_tc` exists, the case runs both
+//! modes, "0" (at once) and then "1" (deferred), and restores the value it found, also
+//! when a check fails. Without the switch it checks the driver's fixed behaviour, which is
+//! deferral for both drivers of this kernel (7.2). The modes checked are in the result's
+//! message and data. (`--defer-tc-switch PATH` points the case at another file, e.g. a
+//! plain file with "1" to see the immediate-mode check fail and the value restored.)
 
 use crate::check;
 use crate::common::*;
-use binder::looper::Looper;
-use binder::protocol::{Command, Return, ReturnReader, TransactionData, WriteBuf};
+use binder::parcel::{Object, Parcel};
+use binder::protocol::{Command, PtrCookie, Return, ReturnReader, TransactionData, WriteBuf};
 use binder::uapi::*;
-use binder::{Device, OpenOptions, Reply};
-use serde_json::json;
+use binder::{Binder, Device, OpenOptions, Reply};
+use serde_json::{json, Value};
 use std::sync::mpsc;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 pub const DEFER_TC_SWITCH: &str = "/sys/kernel/debug/rust_binder/defer_tc";
 const CODE_SYNC: u32 = 1;
 const CODE_ONEWAY: u32 = 2;
-
-/// (deferral expected, where the mode came from).
-fn mode() -> (bool, String) {
-    match std::fs::read_to_string(DEFER_TC_SWITCH) {
-        Ok(s) => (s.trim() != "0", format!("{DEFER_TC_SWITCH}={}", s.trim())),
-        Err(_) => (true, "default (no switch)".into()),
-    }
-}
+/// Synchronous, carrying a binder object of the client; the server keeps the buffer (and
+/// with it the reference) until the next transaction.
+const CODE_SYNC_OBJ: u32 = 3;
 
 /// One BINDER_WRITE_READ that only reads; `Ok(None)` for EAGAIN (nothing to return).
 fn read_once(dev: &Device, size: usize) -> Result<Option<Vec<Return>>, CaseError> {
@@ -46,108 +47,258 @@ fn read_once(dev: &Device, size: usize) -> Result<Option<Vec<Return>>, CaseError
     }
 }
 
+/// Several non-blocking reads, 10 ms apart.
+fn read_a_while(dev: &Device) -> Result<Vec<Return>, CaseError> {
+    let mut got = vec![];
+    for _ in 0..5 {
+        if let Some(r) = read_once(dev, 256)? {
+            got.extend(r.into_iter().filter(|r| *r != Return::Noop));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Ok(got)
+}
+
 fn names(rets: &[Return]) -> Vec<&'static str> {
     rets.iter().filter(|r| **r != Return::Noop).map(|r| r.name()).collect()
 }
 
-fn write_only(dev: &Device, cmd: Command) -> CaseResult {
+fn sorted(mut v: Vec<&'static str>) -> Vec<&'static str> {
+    v.sort_unstable();
+    v
+}
+
+fn write_only(dev: &Device, cmds: &[Command]) -> CaseResult {
     let mut wb = WriteBuf::new();
-    wb.push(cmd);
-    let (consumed, _) = dev.write_read(wb.as_bytes(), &mut []).ctx("write BC_TRANSACTION")?;
+    for &c in cmds {
+        wb.push(c);
+    }
+    let (consumed, _) = dev.write_read(wb.as_bytes(), &mut []).ctx("write commands")?;
     check!(consumed == wb.len(), "driver consumed {consumed} of {} bytes", wb.len());
     Ok(())
 }
 
+/// Restores the switch (path, value) when dropped (also when a check failed).
+struct Restore<'a>(&'a str, String);
+
+impl Drop for Restore<'_> {
+    fn drop(&mut self) {
+        if let Err(e) = std::fs::write(self.0, &self.1) {
+            eprintln!("tc_deferral: could not restore {} to {:?}: {e}", self.0, self.1);
+        }
+    }
+}
+
+fn set_switch(path: &str, v: &str) -> CaseResult {
+    std::fs::write(path, v).ctx(&format!("writing {v} to {path}"))?;
+    let back = std::fs::read_to_string(path).ctx(&format!("reading {path}"))?;
+    check!(back.trim() == v, "{path} reads {:?} after writing {v}", back.trim());
+    Ok(())
+}
+
+/// The client side and the server's two channels.
+struct Rig<'a> {
+    ctx: &'a Ctx,
+    c: &'a Device,
+    h: u32,
+    got_rx: mpsc::Receiver<u32>,
+    go_tx: mpsc::Sender<()>,
+}
+
+impl Rig<'_> {
+    fn tr(&self, flags: u32, code: u32, p: &Parcel) -> TransactionData {
+        Binder::tx_data(self.h, code, flags, p)
+    }
+
+    fn server_got(&self, want: u32) -> CaseResult {
+        let code = self.got_rx.recv_timeout(self.ctx.t(5.0)).ctx("the server never got the transaction")?;
+        check!(code == want, "server got code {code}, expected {want}");
+        Ok(())
+    }
+
+    /// A synchronous transaction, written without reading: what comes before the server
+    /// replies, and in the first read after. `node`: the binder object it carries.
+    fn sync(&self, node: Option<u64>, m: &mut Data) -> Result<(Vec<Return>, Vec<Return>), CaseError> {
+        let mut p = Parcel::new();
+        p.write_bytes(b"seed 002");
+        let code = match node {
+            Some(ptr) => {
+                p.write_object(Object::binder(ptr, !ptr));
+                CODE_SYNC_OBJ
+            }
+            None => CODE_SYNC,
+        };
+        write_only(self.c, &[Command::Transaction(self.tr(0, code, &p))])?;
+        self.server_got(code)?;
+        // The transaction is with the server and unanswered: look (several times) without
+        // blocking.
+        let before = read_a_while(self.c)?;
+        let key = if node.is_some() { "object_" } else { "" };
+        m.insert(format!("{key}before_reply"), json!(names(&before)));
+        check!(
+            !before.iter().any(|r| matches!(r, Return::Reply(_) | Return::FailedReply | Return::DeadReply)),
+            "a reply before the server replied: {:?}",
+            names(&before)
+        );
+        // The server replies; the next read must carry the reply.
+        self.go_tx.send(()).ctx("release the server")?;
+        let t = Instant::now();
+        check!(self.c.poll_readable(self.ctx.t(5.0))?, "nothing to read within {:?} of the reply", self.ctx.t(5.0));
+        let after: Vec<Return> =
+            read_once(self.c, 256)?.unwrap_or_default().into_iter().filter(|r| *r != Return::Noop).collect();
+        m.insert(format!("{key}reply_read"), json!(names(&after)));
+        m.insert(format!("{key}reply_wait_ms"), json!(ms(t.elapsed())));
+        let reply = after.iter().find_map(|r| match r {
+            Return::Reply(t) => Some(*t),
+            _ => None,
+        });
+        let reply = reply.ctx(&format!("no BR_REPLY in the read after the reply: {:?}", names(&after)))?;
+        check!(after.last() == Some(&Return::Reply(reply)), "BR_REPLY is not the last return: {:?}", names(&after));
+        let text = self.c.buffer_bytes(reply.buffer, reply.data_size)?;
+        check!(text == b"the reply", "reply data {text:?}");
+        write_only(self.c, &[Command::FreeBuffer(reply.buffer)])?;
+        Ok((before, after))
+    }
+
+    /// The checks of one mode: `defer` is what the driver must do.
+    fn check_mode(&self, defer: bool, node: u64, m: &mut Data) -> CaseResult {
+        // 1. A plain synchronous transaction: BR_TRANSACTION_COMPLETE only.
+        let (before, after) = self.sync(None, m)?;
+        let (want_before, want_after): (&[&str], &[&str]) = if defer {
+            (&[], &["BR_TRANSACTION_COMPLETE", "BR_REPLY"])
+        } else {
+            (&["BR_TRANSACTION_COMPLETE"], &["BR_REPLY"])
+        };
+        check!(names(&before) == want_before, "before the reply: {:?}, expected {want_before:?}", names(&before));
+        check!(
+            names(&after) == want_after,
+            "the read after the reply returned {:?}, expected {want_after:?}",
+            names(&after)
+        );
+        check!(
+            read_once(self.c, 256)?.map(|r| names(&r).is_empty()).unwrap_or(true),
+            "leftover returns after the reply"
+        );
+
+        // 2. Carrying a new binder object of ours: the server's reference makes us (the
+        // owner) get BR_INCREFS and BR_ACQUIRE for it, with the completion. (In any order
+        // among themselves: seed 002 is about when they come, not their order.)
+        let (before, after) = self.sync(Some(node), m)?;
+        let ours = PtrCookie { ptr: node, cookie: !node };
+        let refs = |rs: &[Return]| -> Vec<&'static str> {
+            rs.iter()
+                .filter(|r| matches!(r, Return::IncRefs(pc) | Return::Acquire(pc) if *pc == ours))
+                .map(|r| r.name())
+                .collect()
+        };
+        let node_cmds = ["BR_ACQUIRE", "BR_INCREFS", "BR_TRANSACTION_COMPLETE"];
+        let (want_before, want_after): (Vec<&str>, Vec<&str>) = if defer {
+            (vec![], [node_cmds.as_slice(), &["BR_REPLY"]].concat())
+        } else {
+            (node_cmds.to_vec(), vec!["BR_REPLY"])
+        };
+        check!(
+            sorted(names(&before)) == want_before,
+            "with an object, before the reply: {:?}, expected {want_before:?} (any order)",
+            names(&before)
+        );
+        check!(
+            sorted(names(&after)) == sorted(want_after.clone()),
+            "with an object, the read after the reply returned {:?}, expected {want_after:?} (reply last)",
+            names(&after)
+        );
+        check!(
+            refs(&before).len() + refs(&after).len() == 2,
+            "BR_INCREFS/BR_ACQUIRE were for another node than {node:#x}: {before:?} {after:?}"
+        );
+        // Take the references the driver handed us.
+        write_only(self.c, &[Command::IncRefsDone(ours), Command::AcquireDone(ours)])?;
+        check!(
+            read_once(self.c, 256)?.map(|r| names(&r).is_empty()).unwrap_or(true),
+            "leftover returns after the reply"
+        );
+
+        // 3. Oneway: the completion is there at once, deferral or not.
+        let p = Parcel::from_bytes(b"seed 002");
+        write_only(self.c, &[Command::Transaction(self.tr(TF_ONE_WAY, CODE_ONEWAY, &p))])?;
+        let ow = read_once(self.c, 256)?.unwrap_or_default();
+        m.insert("oneway_read".into(), json!(names(&ow)));
+        check!(names(&ow) == ["BR_TRANSACTION_COMPLETE"], "right after a oneway transaction: {:?}", names(&ow));
+        self.server_got(CODE_ONEWAY)
+    }
+}
+
 pub fn tc_deferral(ctx: &Ctx, data: &mut Data) -> CaseResult {
-    let (defer, source) = mode();
-    data.insert("defer_tc".into(), json!(defer));
-    data.insert("mode_source".into(), json!(source));
+    // (switch value to write or None, deferral expected, label).
+    let switch = ctx.defer_tc_switch.as_str();
+    let original = std::fs::read_to_string(switch).ok().map(|s| s.trim().to_string());
+    let modes: Vec<(Option<&str>, bool, String)> = match &original {
+        Some(_) => {
+            vec![(Some("0"), false, "immediate (defer_tc=0)".into()), (Some("1"), true, "deferred (defer_tc=1)".into())]
+        }
+        // Both drivers of this kernel always defer: the C driver since "ANDROID: binder:
+        // Add thread->process_todo flag", the Rust driver since it was merged.
+        None => vec![(None, true, format!("deferred (fixed: no {switch}, {} driver)", ctx.driver.name()))],
+    };
+    data.insert("switch_found".into(), json!(original));
+    let _restore = original.clone().map(|v| Restore(switch, v));
 
     // The server tells us when a transaction reached it, and replies when told to.
     let (got_tx, got_rx) = mpsc::channel::<u32>();
     let (go_tx, go_rx) = mpsc::channel::<()>();
     let got_tx = Mutex::new(got_tx);
     let go_rx = Mutex::new(go_rx);
+    let held: Arc<Mutex<Vec<u64>>> = Arc::default();
     let hold = ctx.t(10.0);
-    let sdev = Device::open(&ctx.dev).ctx("open server")?;
-    sdev.become_context_manager_retry(None, Duration::from_secs(10)).ctx("BINDER_SET_CONTEXT_MGR")?;
-    let server = Looper::spawn(sdev, 1, None, move |_, inc| {
+    let server = Server::start(ctx, &OpenOptions::default(), 1, None, move |b, inc| {
+        // The buffer an object transaction kept goes with the next transaction.
+        for p in held.lock().unwrap().drain(..) {
+            b.queue(Command::FreeBuffer(p));
+        }
         let _ = got_tx.lock().unwrap().send(inc.code);
-        if inc.code == CODE_SYNC {
-            let _ = go_rx.lock().unwrap().recv_timeout(hold);
-            Reply::bytes(b"the reply")
-        } else {
-            Reply::empty()
+        match inc.code {
+            CODE_SYNC | CODE_SYNC_OBJ => {
+                let _ = go_rx.lock().unwrap().recv_timeout(hold);
+                if inc.code == CODE_SYNC_OBJ {
+                    held.lock().unwrap().push(inc.buffer);
+                    Reply::bytes(b"the reply").keep_buffer()
+                } else {
+                    Reply::bytes(b"the reply")
+                }
+            }
+            _ => Reply::empty(),
         }
-    });
+    })?;
+    let mut cb = Binder::open(&ctx.dev).ctx("open client")?;
+    let h = server.connect(&mut cb)?;
+    let c = cb.device().clone();
+    c.set_nonblocking(true).ctx("O_NONBLOCK on the client")?;
+    let rig = Rig { ctx, c: &c, h, got_rx, go_tx };
 
-    let c = Device::open_with(&ctx.dev, &OpenOptions { nonblocking: true, ..Default::default() }).ctx("open client")?;
-    let body = b"seed 002";
-    let tr = |flags: u32, code: u32| TransactionData {
-        target: 0,
-        code,
-        flags,
-        data_size: body.len() as u64,
-        buffer: body.as_ptr() as u64,
-        ..Default::default()
-    };
-
-    // 1. Synchronous transaction, written without reading.
-    write_only(&c, Command::Transaction(tr(0, CODE_SYNC)))?;
-    let code = got_rx.recv_timeout(ctx.t(5.0)).ctx("the server never got the transaction")?;
-    check!(code == CODE_SYNC, "server got code {code}");
-    // The transaction is with the server and unanswered: look (several times) without
-    // blocking.
-    let mut before = vec![];
-    for _ in 0..5 {
-        if let Some(r) = read_once(&c, 256)? {
-            before.extend(r);
+    let mut checked = vec![];
+    let mut per_mode = vec![];
+    for (i, (value, defer, label)) in modes.iter().enumerate() {
+        let mut m = Data::new();
+        m.insert("mode".into(), json!(label));
+        let r = value
+            .map_or(Ok(()), |v| set_switch(switch, v))
+            .and_then(|()| rig.check_mode(*defer, 0x5eed_0000 + i as u64, &mut m));
+        per_mode.push(Value::Object(m));
+        if let Err(CaseError::Fail(msg)) = r {
+            data.insert("modes".into(), json!(per_mode));
+            data.insert("checked".into(), json!(checked));
+            return fail(format!("{label}: {msg}"));
         }
-        std::thread::sleep(Duration::from_millis(10));
+        r?;
+        checked.push(label.clone());
     }
-    let tc_before = before.iter().filter(|r| **r == Return::TransactionComplete).count();
-    data.insert("before_reply".into(), json!(names(&before)));
-    check!(
-        !before.iter().any(|r| matches!(r, Return::Reply(_) | Return::FailedReply | Return::DeadReply)),
-        "a reply before the server replied: {:?}",
-        names(&before)
-    );
-    if defer {
-        check!(tc_before == 0, "BR_TRANSACTION_COMPLETE before the reply with deferral on: {:?}", names(&before));
-    } else {
-        check!(tc_before == 1, "deferral off, but no BR_TRANSACTION_COMPLETE at once: {:?}", names(&before));
-    }
+    data.insert("modes".into(), json!(per_mode));
+    data.insert("checked".into(), json!(checked));
+    data.insert(SUMMARY.into(), json!(format!("checked: {}", checked.join(", "))));
 
-    // 2. The server replies; one read must carry the completion (if deferred) and the reply.
-    go_tx.send(()).ctx("release the server")?;
-    let t = Instant::now();
-    check!(c.poll_readable(ctx.t(5.0))?, "nothing to read within {:?} of the reply", ctx.t(5.0));
-    let after = read_once(&c, 256)?.unwrap_or_default();
-    data.insert("reply_read".into(), json!(names(&after)));
-    data.insert("reply_wait_ms".into(), json!(ms(t.elapsed())));
-    let want: &[&str] = if defer { &["BR_TRANSACTION_COMPLETE", "BR_REPLY"] } else { &["BR_REPLY"] };
-    check!(names(&after) == want, "the read after the reply returned {:?}, expected {want:?}", names(&after));
-    let reply = after.iter().find_map(|r| match r {
-        Return::Reply(t) => Some(*t),
-        _ => None,
-    });
-    let reply = reply.ctx("no reply")?;
-    let text = c.buffer_bytes(reply.buffer, reply.data_size)?;
-    check!(text == b"the reply", "reply data {text:?}");
-    let mut wb = WriteBuf::new();
-    wb.push(Command::FreeBuffer(reply.buffer));
-    c.write_read(wb.as_bytes(), &mut []).ctx("BC_FREE_BUFFER")?;
-    check!(read_once(&c, 256)?.map(|r| names(&r).is_empty()).unwrap_or(true), "leftover returns after the reply");
-
-    // 3. Oneway: the completion is there at once, deferral or not.
-    write_only(&c, Command::Transaction(tr(TF_ONE_WAY, CODE_ONEWAY)))?;
-    let ow = read_once(&c, 256)?.unwrap_or_default();
-    data.insert("oneway_read".into(), json!(names(&ow)));
-    check!(names(&ow) == ["BR_TRANSACTION_COMPLETE"], "right after a oneway transaction: {:?}", names(&ow));
-    let code = got_rx.recv_timeout(ctx.t(5.0)).ctx("the server never got the oneway transaction")?;
-    check!(code == CODE_ONEWAY, "server got code {code}");
-
+    drop(rig);
+    drop(cb);
     drop(c);
-    server.stop().ctx("stop server")?;
+    server.stop()?;
     check_no_buffers(data, getpid())
 }

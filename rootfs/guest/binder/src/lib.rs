@@ -765,7 +765,9 @@ impl Binder {
         })
     }
 
-    fn tx_data(handle: u32, code: u32, flags: u32, p: &Parcel) -> TransactionData {
+    /// The transaction data of `p` for `handle` (it points into `p`: keep `p` alive until
+    /// the driver has consumed the command).
+    pub fn tx_data(handle: u32, code: u32, flags: u32, p: &Parcel) -> TransactionData {
         TransactionData {
             target: handle as u64,
             code,

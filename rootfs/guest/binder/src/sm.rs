@@ -6,6 +6,7 @@
 
 use crate::looper::Looper;
 use crate::parcel::{Object, Parcel};
+use crate::testkit::child::{fork_child, Child};
 use crate::{Binder, Device, Error, EventLog, Incoming, OpenOptions, Reply, Result};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -45,6 +46,61 @@ impl ServiceManager {
 
     pub fn stop(self) -> Result<()> {
         self.looper.stop()
+    }
+}
+
+/// A [`ServiceManager`] in a forked child process.
+///
+/// The C driver refuses a transaction to handle 0 from the process that owns the context
+/// manager ("got transaction to context manager from process owning it"; the Rust driver
+/// only refuses the manager's own binder file). A program that both serves and calls
+/// through handle 0 runs its manager this way, so it works the same on both drivers.
+pub struct ForkedServiceManager {
+    child: Child,
+}
+
+impl ForkedServiceManager {
+    /// Forks, and in the child becomes the context manager (waiting up to `wait`) and
+    /// serves until [`ForkedServiceManager::stop`] or until the parent dies. Call it while
+    /// the calling process is single-threaded (see [`crate::testkit::child`]).
+    pub fn start(path: impl AsRef<Path>, wait: Duration) -> Result<ForkedServiceManager> {
+        let path = path.as_ref().to_path_buf();
+        let mut child = fork_child(move |chan| {
+            let sm = match ServiceManager::start(&path, wait, None) {
+                Ok(sm) => sm,
+                Err(e) => {
+                    let _ = chan.send(&format!("error: {e}"));
+                    return 1;
+                }
+            };
+            let _ = chan.send("ready");
+            // "stop" or EOF (the parent is gone): either way, leave.
+            let _ = chan.recv(Duration::from_secs(24 * 3600));
+            match sm.stop() {
+                Ok(()) => 0,
+                Err(_) => 2,
+            }
+        })?;
+        match child.chan.recv(wait + Duration::from_secs(10)) {
+            Ok(Some(l)) if l == "ready" => Ok(ForkedServiceManager { child }),
+            Ok(Some(l)) => Err(Error::Protocol(format!("service manager process: {l}"))),
+            Ok(None) => Err(Error::Protocol("service manager process: not ready in time".into())),
+            Err(e) => Err(Error::Protocol(format!("service manager process: {e}"))),
+        }
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.pid
+    }
+
+    /// Stops the manager and waits for its process: afterwards another process can
+    /// become the context manager (once the driver has released the old one).
+    pub fn stop(mut self) -> Result<()> {
+        let _ = self.child.chan.send("stop");
+        match self.child.wait_timeout(Duration::from_secs(15)) {
+            Some(0) => Ok(()),
+            st => Err(Error::Protocol(format!("service manager process ended with {st:?}"))),
+        }
     }
 }
 

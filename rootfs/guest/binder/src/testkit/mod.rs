@@ -8,20 +8,44 @@ pub mod logs;
 pub mod payload;
 pub mod rng;
 
-/// Which binder driver the kernel runs. The C driver has `/sys/kernel/debug/binder`.
+/// Which binder driver the kernel runs.
+///
+/// Detected by what each driver registers: the Rust driver is the built-in module
+/// `rust_binder` (`/sys/module/rust_binder`, from its `ctabs` parameter) with
+/// `/sys/kernel/debug/rust_binder`; the C driver is the module `binder_linux`
+/// (`/sys/module/binder_linux/parameters/debug_mask`) with `/sys/kernel/debug/binder`. The
+/// sysfs paths do not depend on debugfs being mounted, the debugfs ones do not depend on
+/// module parameters; either is enough. The two drivers exclude each other in Kconfig.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Driver {
     Rust,
     C,
 }
 
+/// Paths whose existence shows the Rust driver, then those showing the C driver.
+const RUST_SIGNS: &[&str] = &["/sys/module/rust_binder", "/sys/kernel/debug/rust_binder"];
+const C_SIGNS: &[&str] = &["/sys/module/binder_linux/parameters/debug_mask", "/sys/kernel/debug/binder"];
+
 impl Driver {
     pub fn detect() -> Driver {
-        if std::path::Path::new("/sys/kernel/debug/binder").is_dir() {
+        Self::detect_by(|p| std::path::Path::new(p).exists())
+    }
+
+    /// Decides from `exists` (tested on the host). With no sign of either driver (no
+    /// debugfs, no module parameters), the Rust driver, the lab's default kernel.
+    pub fn detect_by(exists: impl Fn(&str) -> bool) -> Driver {
+        if RUST_SIGNS.iter().any(|p| exists(p)) {
+            Driver::Rust
+        } else if C_SIGNS.iter().any(|p| exists(p)) {
             Driver::C
         } else {
             Driver::Rust
         }
+    }
+
+    /// The paths that made [`Driver::detect`] decide, for reports.
+    pub fn evidence() -> Vec<&'static str> {
+        RUST_SIGNS.iter().chain(C_SIGNS).copied().filter(|p| std::path::Path::new(p).exists()).collect()
     }
 
     pub fn name(self) -> &'static str {
@@ -81,6 +105,18 @@ pub fn parse_binder_rss_kb(smaps: &str) -> u64 {
 
 #[cfg(test)]
 mod tests {
+    use super::Driver;
+
+    #[test]
+    fn driver_detection() {
+        let only = |set: &'static [&'static str]| move |p: &str| set.contains(&p);
+        assert_eq!(Driver::detect_by(only(&["/sys/module/rust_binder"])), Driver::Rust);
+        assert_eq!(Driver::detect_by(only(&["/sys/kernel/debug/rust_binder"])), Driver::Rust);
+        assert_eq!(Driver::detect_by(only(&["/sys/module/binder_linux/parameters/debug_mask"])), Driver::C);
+        assert_eq!(Driver::detect_by(only(&["/sys/kernel/debug/binder"])), Driver::C);
+        assert_eq!(Driver::detect_by(only(&[])), Driver::Rust);
+    }
+
     #[test]
     fn smaps_rss_of_binder_mappings() {
         let smaps = "\
