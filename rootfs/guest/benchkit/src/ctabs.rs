@@ -10,11 +10,7 @@ type Stats = BTreeMap<String, BTreeMap<String, u64>>;
 
 /// Writes `mode` to the CTABS mode file; Ok(false) when the file does not exist.
 pub fn set_mode(mode: u32) -> Result<bool, String> {
-    if !std::path::Path::new(MODE_FILE).exists() {
-        return Ok(false);
-    }
-    std::fs::write(MODE_FILE, format!("{mode}\n")).map_err(|e| format!("{MODE_FILE}: {e}"))?;
-    Ok(true)
+    crate::write_switch(MODE_FILE, mode)
 }
 
 /// ctabs_stats text (a header `mode name...` then one row per mode) as mode → name → value.

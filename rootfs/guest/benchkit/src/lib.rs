@@ -1,11 +1,13 @@
 //! Helpers shared by the guest benchmark programs (`binder-throughput`, `binder-tiers`,
 //! `binder-sendvec`): latency statistics in the AOSP binderThroughputTest format,
 //! Google-Benchmark-shaped rows, tier classification, system-wide perf counters, the CTABS
-//! debugfs files, forked workers talking over pipes and a small argument parser.
-//! Everything except [`counters`], [`ctabs`] I/O and [`proc`] is pure and tested on the host.
+//! and `defer_tc` debugfs files, forked workers talking over pipes and a small argument parser.
+//! Everything except [`counters`], [`ctabs`] and [`defer`] I/O and [`proc`] is pure and tested
+//! on the host.
 
 pub mod counters;
 pub mod ctabs;
+pub mod defer;
 pub mod proc;
 pub mod stats;
 
@@ -94,6 +96,31 @@ pub fn apply_ctabs_mode(a: &Args) -> Result<Option<u32>, String> {
     Ok(Some(m))
 }
 
+/// Applies `--defer-tc 0|1` if given; a kernel without the switch is an error. Returns the
+/// switch's value in effect (also when the option is absent), None on a kernel without it.
+pub fn apply_defer_tc(a: &Args) -> Result<Option<u32>, String> {
+    if !a.has("defer-tc") {
+        return Ok(defer::current());
+    }
+    let v = defer::set(a.get("defer-tc", 1)?)?;
+    println!("defer_tc: {v}");
+    Ok(Some(v))
+}
+
+/// Writes `value` to a debugfs switch; Ok(false) when the file does not exist.
+pub fn write_switch(path: &str, value: u32) -> Result<bool, String> {
+    if !std::path::Path::new(path).exists() {
+        return Ok(false);
+    }
+    std::fs::write(path, format!("{value}\n")).map_err(|e| format!("{path}: {e}"))?;
+    Ok(true)
+}
+
+/// A debugfs switch's value, None when the file is absent or does not hold a number.
+pub fn read_switch(path: &str) -> Option<u32> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
 /// The CPU the calling thread runs on.
 pub fn cpu_now() -> u32 {
     // SAFETY: sched_getcpu has no preconditions.
@@ -126,10 +153,11 @@ mod tests {
 
     #[test]
     fn parses_values_and_flags() {
-        let a = Args::parse(argv("-w 4 -p --ctabs-mode 1 -i 200"), &["p", "t"]).unwrap();
+        let a = Args::parse(argv("-w 4 -p --ctabs-mode 1 --defer-tc 0 -i 200"), &["p", "t"]).unwrap();
         assert_eq!(a.get("w", 2u32).unwrap(), 4);
         assert_eq!(a.get("i", 0u64).unwrap(), 200);
         assert_eq!(a.get("ctabs-mode", 0u32).unwrap(), 1);
+        assert_eq!(a.get("defer-tc", 1u32).unwrap(), 0);
         assert_eq!(a.get("s", 7usize).unwrap(), 7);
         assert!(a.flag("p") && !a.flag("t"));
         assert!(Args::parse(argv("-w"), &[]).is_err());

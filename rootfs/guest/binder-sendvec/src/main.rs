@@ -5,7 +5,9 @@
 //! echoes the payload, as the hwbinder benchmark's sendVec does.
 //!
 //! Options: `-i N` fixed iterations per size (default: adaptive, doubling until a size has run
-//! for `--min-time` seconds, 0.5), `--max-size B` (1024), `--ctabs-mode N`.
+//! for `--min-time` seconds, 0.5), `--max-size B` (1024), `--ctabs-mode N`, `--defer-tc 0|1`
+//! (seed 002's deferral of BR_TRANSACTION_COMPLETE, rust-driver patch 0004; recorded as
+//! "defer_tc", the value in effect, also without the option).
 
 use benchkit::proc::{fork, Chan};
 use benchkit::stats::{gbench_table, BenchRow};
@@ -67,6 +69,7 @@ fn run(a: &Args) -> Result<bool, String> {
     let min_time: f64 = a.get("min-time", 0.5)?;
     let max_size: usize = a.get("max-size", 1024)?;
     let mode = benchkit::apply_ctabs_mode(a)?;
+    let defer_tc = benchkit::apply_defer_tc(a)?;
     let (mut mine, mut theirs) = Chan::pair().map_err(|e| e.to_string())?;
     let mut server = fork(|| serve(&mut theirs)).map_err(|e| e.to_string())?;
     drop(theirs);
@@ -117,7 +120,7 @@ fn run(a: &Args) -> Result<bool, String> {
             "time_ns": r.time_ns, "cpu_ns": r.cpu_ns, "iterations": r.iterations,
         })).collect::<Vec<_>>(),
         "cpu_clock": "CLOCK_PROCESS_CPUTIME_ID", "min_time_s": if fixed.is_none() { Some(min_time) } else { None },
-        "ctabs_mode": mode, "failed_calls": failed,
+        "ctabs_mode": mode, "defer_tc": defer_tc, "failed_calls": failed,
     });
     for (k, v) in data.as_object().expect("object") {
         d[k] = v.clone();

@@ -6,7 +6,8 @@
 //!
 //! Options: `-w N` (2), `-i N` (10000), `-s BYTES` (0), `-p` (client/server pairs), `-t`
 //! (a training round first), `--threads N` looper threads per worker (2),
-//! `--ctabs-mode N`.
+//! `--ctabs-mode N`, `--defer-tc 0|1` (rust-driver patch 0004: deferral of
+//! BR_TRANSACTION_COMPLETE off/on; the value in effect is recorded as "defer_tc").
 
 use benchkit::proc::{fork, Chan, Child};
 use benchkit::stats::{fmt_g, subsample_ms, Summary};
@@ -172,6 +173,7 @@ fn run(a: &Args) -> Result<bool, String> {
         return Err("need -w >= 2 and --threads >= 1".into());
     }
     let mode = benchkit::apply_ctabs_mode(a)?;
+    let defer_tc = benchkit::apply_defer_tc(a)?;
     // The service manager runs in its own process, forked before any thread exists.
     let (mut smc, mut smp) = Chan::pair().map_err(|e| e.to_string())?;
     let mut sm_child = fork(|| {
@@ -214,7 +216,7 @@ fn run(a: &Args) -> Result<bool, String> {
     let ok = r.failed_workers == 0 && s.count == expected;
     let mut d = json!({
         "workers": o.workers, "iterations": o.iterations, "payload": o.payload, "pairs": o.cs_pair,
-        "looper_threads": o.threads, "ctabs_mode": mode,
+        "looper_threads": o.threads, "ctabs_mode": mode, "defer_tc": defer_tc,
         "iterations_per_sec": r.iterations_per_sec, "samples": s.count,
         "samples_ms": subsample_ms(&r.samples, SAMPLES_MAX),
     });
