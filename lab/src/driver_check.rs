@@ -12,7 +12,7 @@ use std::process::Command;
 pub fn run() -> Result<()> {
     let cache = paths::cache();
     let lock = Lock::load(&Lock::path())?;
-    let (tc, src) = kernel::prepared_tree(&cache, &lock)?;
+    let (tc, src, _tree_lock) = kernel::prepared_tree(&cache, &lock)?;
     let series = Series::load(&paths::driver_dir())?;
     let mut problems: Vec<String> = vec![];
 

@@ -91,9 +91,10 @@ pub fn build(flavor: &str) -> Result<Built> {
     let cache = paths::cache();
     let merged = fragment(flavor)?;
     let lock = Lock::load(&Lock::path())?;
-    let (tc, src) = prepared_tree(&cache, &lock)?;
+    let (tc, src, _tree_lock) = prepared_tree(&cache, &lock)?;
 
-    let key = cache_key(&lock, &merged, &tree::state_hash(&src)?, &tc.fingerprint()?);
+    let state = tree::state_hash(&src)?;
+    let key = cache_key(&lock, &merged, &state, &tc.fingerprint()?);
     let out = artifacts_dir(&cache, flavor, &key);
     let built = Built { flavor: flavor.into(), key: key.clone(), dir: out.clone() };
     if out.join("Image").is_file() {
@@ -110,6 +111,15 @@ pub fn build(flavor: &str) -> Result<Built> {
     configure(&tc, &src, &obj, &merged)?;
     let t0 = Instant::now();
     make_with_progress(&tc, &src, &obj, flavor)?;
+    // The key names the tree state before the build: publish only if it still holds (someone
+    // may have edited the tree meanwhile; other lab processes wait for the tree lock).
+    if tree::state_hash(&src)? != state {
+        bail!(
+            "the kernel tree {} changed during the build, so the result matches no known state; \
+             nothing was published. Rerun `cargo make kernel --flavor {flavor}`.",
+            src.display()
+        );
+    }
     publish(&obj, &out, &tc, &src)?;
     prune(&cache, flavor, &key);
     eprintln!("lab: kernel {flavor} built in {:.0?}: {}", t0.elapsed(), out.display());
@@ -117,12 +127,15 @@ pub fn build(flavor: &str) -> Result<Built> {
 }
 
 /// The toolchain and the kernel tree carrying the series, provisioning what is missing.
-pub fn prepared_tree(cache: &Path, lock: &Lock) -> Result<(Toolchain, PathBuf)> {
+/// The tree is shared by every checkout on the machine: hold the returned lock for as long as
+/// the tree must stay at this series (a build, a check).
+pub fn prepared_tree(cache: &Path, lock: &Lock) -> Result<(Toolchain, PathBuf, std::fs::File)> {
     let tc = setup::toolchain(cache)?;
     let deb = setup::ensure_kernel_deb(cache, lock)?;
     let src = tree::ensure_unpacked(cache, lock, &deb)?;
+    let guard = tree::lock(cache)?;
     tree::sync_series(&src, &Series::load(&paths::driver_dir())?)?;
-    Ok((tc, src))
+    Ok((tc, src, guard))
 }
 
 /// allnoconfig + the merged fragment, then olddefconfig, then a check that kconfig kept

@@ -163,11 +163,11 @@ fn run(cmd: Cmd) -> Result<()> {
         }
         Cmd::KernelLock => setup::kernel_lock(&cache),
         Cmd::DriverTree => {
-            println!("{}", prepared_tree(&cache)?.display());
+            println!("{}", prepared_tree(&cache)?.0.display());
             Ok(())
         }
         Cmd::DriverExport => {
-            let names = tree::export(&prepared_tree(&cache)?, &paths::driver_dir())?;
+            let names = tree::export(&prepared_tree(&cache)?.0, &paths::driver_dir())?;
             println!("exported {} patch(es) to rust-driver/", names.len());
             for n in names {
                 println!("  {n}");
@@ -251,7 +251,7 @@ fn run(cmd: Cmd) -> Result<()> {
             Ok(())
         }
         Cmd::DriverReset => {
-            let t = prepared_tree(&cache)?;
+            let (t, _tree_lock) = prepared_tree(&cache)?;
             tree::reset(&t, &tree::Series::load(&paths::driver_dir())?)?;
             println!("{} now carries exactly rust-driver/series", t.display());
             Ok(())
@@ -282,10 +282,11 @@ fn suite(args: &RunArgs, default_plan: &str) -> Result<()> {
     Ok(())
 }
 
-/// The unpacked, series-synced kernel tree (unpacking it on first use).
-fn prepared_tree(cache: &std::path::Path) -> Result<std::path::PathBuf> {
+/// The unpacked kernel tree (unpacking it on first use), locked against other lab processes
+/// while the caller holds the returned file.
+fn prepared_tree(cache: &std::path::Path) -> Result<(std::path::PathBuf, std::fs::File)> {
     let lock = lock::Lock::load(&lock::Lock::path())?;
     let deb = setup::ensure_kernel_deb(cache, &lock)?;
     let t = tree::ensure_unpacked(cache, &lock, &deb)?;
-    Ok(t)
+    Ok((t, tree::lock(cache)?))
 }

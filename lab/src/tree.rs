@@ -116,6 +116,19 @@ fn set_stamps(tree: &Path, series_hash: &str) -> Result<()> {
 
 /// Makes the tree carry exactly the series, unless it already does. Work the developer has
 /// not exported (uncommitted edits or new commits) is never thrown away.
+/// The lock on the shared kernel tree: one lab process at a time syncs it to its series and
+/// builds from it. Waits (with a message) while another process holds it.
+pub fn lock(cache: &Path) -> Result<std::fs::File> {
+    let dir = cache.join("kernel/src");
+    std::fs::create_dir_all(&dir)?;
+    let f = std::fs::File::create(dir.join(".lab-tree.lock"))?;
+    if f.try_lock().is_err() {
+        eprintln!("lab: waiting for another lab process that is using the kernel tree");
+        f.lock().context("locking the kernel tree")?;
+    }
+    Ok(f)
+}
+
 pub fn sync_series(tree: &Path, series: &Series) -> Result<()> {
     let want = series.hash()?;
     if stamp(tree, "lab-series").as_deref() == Some(want.as_str()) {

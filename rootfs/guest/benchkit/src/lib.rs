@@ -21,14 +21,21 @@ pub struct Args {
 }
 
 impl Args {
-    /// Parses `argv` (without the program name). Names in `flags` take no value.
-    pub fn parse<I: IntoIterator<Item = String>>(argv: I, flags: &[&str]) -> Result<Args, String> {
+    /// Parses `argv` (without the program name). Names in `flags` take no value, names in
+    /// `options` take one; anything else is an error, so a mistyped option never silently
+    /// runs the default.
+    pub fn parse<I: IntoIterator<Item = String>>(argv: I, flags: &[&str], options: &[&str]) -> Result<Args, String> {
         let mut a = Args::default();
         let mut it = argv.into_iter();
         while let Some(k) = it.next() {
             let name = k.trim_start_matches('-').to_string();
             if !k.starts_with('-') || name.is_empty() {
                 return Err(format!("unexpected argument {k:?}"));
+            }
+            if !flags.contains(&name.as_str()) && !options.contains(&name.as_str()) {
+                let dash = |n: &&str| if n.len() == 1 { format!("-{n}") } else { format!("--{n}") };
+                let known: Vec<String> = options.iter().chain(flags).map(dash).collect();
+                return Err(format!("unknown option {k}; this program takes {}", known.join(", ")));
             }
             if flags.contains(&name.as_str()) {
                 a.flags.push(name);
@@ -127,13 +134,13 @@ pub fn cpu_now() -> u32 {
     unsafe { libc::sched_getcpu() as u32 }
 }
 
-/// The `main` of every benchmark: arm a watchdog, parse the arguments (`flags` take no value),
-/// run, and turn the outcome into the exit code (1: failed, 2: could not run, reported as
-/// `case`).
-pub fn main(case: &str, flags: &[&str], run: impl FnOnce(&Args) -> Result<bool, String>) -> ! {
+/// The `main` of every benchmark: arm a watchdog, parse the arguments (`flags` take no value,
+/// `options` one), run, and turn the outcome into the exit code (1: failed, 2: could not run,
+/// reported as `case`).
+pub fn main(case: &str, flags: &[&str], options: &[&str], run: impl FnOnce(&Args) -> Result<bool, String>) -> ! {
     // SAFETY: alarm has no preconditions; SIGALRM's default action ends a stuck run.
     unsafe { libc::alarm(3600) };
-    match Args::parse(std::env::args().skip(1), flags).and_then(|a| run(&a)) {
+    match Args::parse(std::env::args().skip(1), flags, options).and_then(|a| run(&a)) {
         Ok(true) => std::process::exit(0),
         Ok(false) => std::process::exit(1),
         Err(e) => {
@@ -153,15 +160,18 @@ mod tests {
 
     #[test]
     fn parses_values_and_flags() {
-        let a = Args::parse(argv("-w 4 -p --ctabs-mode 1 --defer-tc 0 -i 200"), &["p", "t"]).unwrap();
+        let opts = ["w", "i", "ctabs-mode", "defer-tc"];
+        let a = Args::parse(argv("-w 4 -p --ctabs-mode 1 --defer-tc 0 -i 200"), &["p", "t"], &opts).unwrap();
         assert_eq!(a.get("w", 2u32).unwrap(), 4);
         assert_eq!(a.get("i", 0u64).unwrap(), 200);
         assert_eq!(a.get("ctabs-mode", 0u32).unwrap(), 1);
         assert_eq!(a.get("defer-tc", 1u32).unwrap(), 0);
         assert_eq!(a.get("s", 7usize).unwrap(), 7);
         assert!(a.flag("p") && !a.flag("t"));
-        assert!(Args::parse(argv("-w"), &[]).is_err());
-        assert!(Args::parse(argv("x"), &[]).is_err());
-        assert!(Args::parse(argv("-w x"), &[]).unwrap().get("w", 1u32).is_err());
+        assert!(Args::parse(argv("-w"), &[], &opts).is_err());
+        assert!(Args::parse(argv("x"), &[], &opts).is_err());
+        assert!(Args::parse(argv("-w x"), &[], &opts).unwrap().get("w", 1u32).is_err());
+        let e = Args::parse(argv("--defer 0"), &["p"], &opts).unwrap_err();
+        assert_eq!(e, "unknown option --defer; this program takes -w, -i, --ctabs-mode, --defer-tc, -p");
     }
 }

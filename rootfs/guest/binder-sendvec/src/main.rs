@@ -136,7 +136,7 @@ fn run(a: &Args) -> Result<bool, String> {
 }
 
 fn main() {
-    benchkit::main("sendvec", &[], run)
+    benchkit::main("sendvec", &[], &["i", "max-size", "min-time", "ctabs-mode", "defer-tc"], run)
 }
 
 #[cfg(test)]

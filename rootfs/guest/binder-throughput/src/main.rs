@@ -237,5 +237,5 @@ fn run(a: &Args) -> Result<bool, String> {
 }
 
 fn main() {
-    benchkit::main("throughput", &["p", "t"], run)
+    benchkit::main("throughput", &["p", "t"], &["i", "s", "w", "threads", "ctabs-mode", "defer-tc"], run)
 }

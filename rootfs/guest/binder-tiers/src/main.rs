@@ -228,7 +228,7 @@ fn run(a: &Args) -> Result<bool, String> {
 }
 
 fn main() {
-    benchkit::main("tiers", &[], run)
+    benchkit::main("tiers", &[], &["i", "s", "server-threads", "ctabs-mode"], run)
 }
 
 #[cfg(test)]
