@@ -30,7 +30,8 @@ pub fn run() -> Result<()> {
     }
     eprintln!("\n=== driver-check");
     crate::driver_check::run()?;
-    cargo(&["test", "-p", "lab-tests", "--", "--test-threads=2"], "end-to-end tests (QEMU)")?;
+    // --no-fail-fast: one failing test file must not hide the others' results.
+    cargo(&["test", "-p", "lab-tests", "--no-fail-fast", "--", "--test-threads=2"], "end-to-end tests (QEMU)")?;
     eprintln!("\nlab test: all passed in {:.0?}", t0.elapsed());
     Ok(())
 }

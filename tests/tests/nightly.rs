@@ -43,6 +43,11 @@ fn quick_nightly_writes_artifacts_and_fails_on_a_regression() {
             assert!(dir.join(stage).join(f).is_file(), "{stage}/{f}");
         }
     }
+    // The C driver passes the same suite; its seed-002 behaviour is fixed (no switch).
+    let cb = n.stages.iter().find(|s| s.name == "conformance-cbinder").unwrap().result.as_ref().unwrap();
+    let checked = &cb.data("tc_deferral").unwrap()["checked"];
+    assert!(checked[0].as_str().unwrap().starts_with("deferred (fixed: no "), "{checked}");
+    assert!(checked[0].as_str().unwrap().ends_with(", c driver)"), "{checked}");
     let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
     assert!(html.starts_with("<!DOCTYPE html>") && html.contains("binder-lab nightly: FAIL"));
     assert!(html.matches("<svg").count() >= 4, "plots are inlined");

@@ -28,6 +28,8 @@ const STATS_FILE: &str = "/sys/kernel/debug/rust_binder/ctabs_stats";
 const CODE_PING: u32 = 1;
 /// Share of same-CPU or same-cluster picks that scoring must reach.
 const LOCAL_SHARE_MIN: f64 = 0.95;
+/// Mode 1's share of picks on the caller's own CPU when a server waits on every client CPU.
+const SAME_CPU_MIN: f64 = 0.9;
 
 type Result<T> = std::result::Result<T, String>;
 
@@ -80,9 +82,18 @@ fn stats_delta(
 
 /// Same-CPU plus same-cluster picks over all picks with a waiting thread.
 fn local_share(d: &BTreeMap<String, u64>) -> Option<f64> {
+    share_of(d, &["same_cpu", "same_cluster"])
+}
+
+fn same_cpu_share(d: &BTreeMap<String, u64>) -> Option<f64> {
+    share_of(d, &["same_cpu"])
+}
+
+/// The share of picks in `kinds` among all picks that found a waiting thread.
+fn share_of(d: &BTreeMap<String, u64>, kinds: &[&str]) -> Option<f64> {
     let g = |k: &str| d.get(k).copied().unwrap_or(0) as f64;
     let total = g("same_cpu") + g("same_cluster") + g("fallback");
-    (total > 0.0).then(|| (g("same_cpu") + g("same_cluster")) / total)
+    (total > 0.0).then(|| kinds.iter().map(|k| g(k)).sum::<f64>() / total)
 }
 
 fn fork() -> Result<libc::pid_t> {
@@ -333,6 +344,7 @@ fn affinity(a: &Args) -> Result<bool> {
     let modes = a.list("modes", "0,1,2");
     let server = Server::start(&servers)?;
     let mut shares = BTreeMap::new();
+    let mut same_cpu = BTreeMap::new();
     let mut ok = true;
     for &m in &modes {
         set_mode(m)?;
@@ -344,6 +356,7 @@ fn affinity(a: &Args) -> Result<bool> {
         let d = stats_delta(&before, &after, m);
         let share = local_share(&d);
         shares.insert(m, share);
+        same_cpu.insert(m, same_cpu_share(&d));
         let pass = seen.errors == 0 && (m == 0 || share.is_some_and(|s| s >= LOCAL_SHARE_MIN));
         ok &= pass;
         report(
@@ -362,15 +375,18 @@ fn affinity(a: &Args) -> Result<bool> {
     }
     drop(server);
     set_mode(0)?;
-    if let (Some(Some(s0)), Some(Some(s1))) = (shares.get(&0), shares.get(&1)) {
-        let pass = *s0 < LOCAL_SHARE_MIN && *s1 >= LOCAL_SHARE_MIN;
+    // Mode 0's shares depend on the order threads happen to wait in (with one busy client,
+    // list order can keep reusing a local thread), so they are reported, not judged; mode 1
+    // must find the caller's own CPU almost always, since a server waits on each client CPU.
+    if let Some(s1) = same_cpu.get(&1).copied().flatten() {
+        let pass = s1 >= SAME_CPU_MIN;
         ok &= pass;
         report(
-            "scoring_beats_list_order",
+            "scoring_prefers_same_cpu",
             if pass { Status::Pass } else { Status::Fail },
             0.0,
-            (!pass).then(|| format!("mode 0 local share {s0:.3}, mode 1 {s1:.3}")),
-            json!({ "mode0_local_share": s0, "mode1_local_share": s1 }),
+            (!pass).then(|| format!("mode 1 same-CPU share {s1:.3} (need {SAME_CPU_MIN})")),
+            json!({ "same_cpu_share": same_cpu, "local_share": shares }),
         );
     }
     Ok(ok)
