@@ -101,6 +101,9 @@ fn parse_step(step: &str) -> Option<(&str, u32)> {
     Some((it.next()?, mode))
 }
 
+/// A tier's average latency counts only from this many calls in a repetition.
+pub const TIER_MIN_CALLS: f64 = 20.0;
+
 /// metric -> mode -> one sample per repetition.
 pub type Samples = BTreeMap<String, BTreeMap<u32, Vec<f64>>>;
 
@@ -139,9 +142,12 @@ pub fn collect(events: &[Event]) -> Samples {
                 for (class, tiers) in classes {
                     let Some(tiers) = tiers.as_object() else { continue };
                     for (tier, v) in tiers {
-                        for k in ["avg_ms", "pct", "count"] {
+                        for k in ["pct", "count"] {
                             put(format!("tiers.{class}.{tier}.{k}"), mode, v[k].as_f64());
                         }
+                        // An average over a handful of calls is noise, not a tier latency.
+                        let enough = v["count"].as_f64().is_some_and(|c| c >= TIER_MIN_CALLS);
+                        put(format!("tiers.{class}.{tier}.avg_ms"), mode, v["avg_ms"].as_f64().filter(|_| enough));
                     }
                 }
             }
@@ -389,7 +395,7 @@ mod tests {
                            "samples_ms": [0.5, 0.9, 1.0, 2.0],
                            "counters": {"cpu_migrations": 10.0 + m as f64, "context_switches": 100.0, "cycles": null}}),
                 ));
-                let tier = json!({"count": 10, "pct": 33.3, "avg_ms": 0.1 + 0.01 * m as f64});
+                let tier = json!({"count": 50, "pct": 33.3, "avg_ms": 0.1 + 0.01 * m as f64});
                 ev.push(result(
                     &step_name("tiers", m, r),
                     "tiers",
@@ -407,6 +413,14 @@ mod tests {
         let tt = tiers_table(&rows);
         assert_eq!(tt.lines().count(), 1 + 2 * 3 * 2, "{tt}");
         assert!(tt.contains("SCHED_FIFO") && tt.contains("Cross-cluster") && tt.contains("0.110 ms"), "{tt}");
+        // A tier with a handful of calls has a share but no average latency.
+        let few = [result(
+            &step_name("tiers", 0, 0),
+            "tiers",
+            json!({"classes": {"other": {"same_core": {"count": 3, "pct": 0.1, "avg_ms": 9.0}}}}),
+        )];
+        let s = collect(&few);
+        assert!(s.contains_key("tiers.other.same_core.pct") && !s.contains_key("tiers.other.same_core.avg_ms"));
         assert!(sendvec_table(&rows).lines().count() == 1, "no sendvec data, header only");
         let d = tempfile::tempdir().unwrap();
         write_report(d.path(), Profile::Quick, 5, &ev).unwrap();

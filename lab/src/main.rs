@@ -61,6 +61,10 @@ enum Cmd {
         /// Where reproduce.md and reproduce.json go [default: target/lab/reproduce/<time>].
         #[arg(long)]
         out: Option<std::path::PathBuf>,
+        /// Re-render the tables of a finished reproduction (a directory with reproduce.json,
+        /// e.g. a nightly's `reproduce/`) without running anything.
+        #[arg(long)]
+        from: Option<std::path::PathBuf>,
         #[command(flatten)]
         run: RunArgs,
     },
@@ -193,7 +197,11 @@ fn run(cmd: Cmd) -> Result<()> {
             }
             Ok(())
         }
-        Cmd::Reproduce { profile, out, run } => {
+        Cmd::Reproduce { from: Some(dir), .. } => {
+            println!("{}", lab::reproduce::rerender(&dir)?);
+            Ok(())
+        }
+        Cmd::Reproduce { profile, out, run, from: None } => {
             let out = out.unwrap_or_else(|| paths::repo().join("target/lab/reproduce").join(lab::util::utc_stamp()));
             let r = lab::reproduce::run(profile, &run.opts("bench"), &out)?;
             println!("{}", r.text);

@@ -359,7 +359,7 @@ pub fn seed001_table(seed: &Seed001, samples: &bench::Samples, rows: &BTreeMap<S
     // The seed's "variance" row: how far apart the fastest and slowest runs are.
     let spread = |mode: u32| {
         let t = runs("throughput.iterations_per_sec", mode);
-        range(&t).map(|(lo, hi)| (hi / lo, stats::cv(&t).unwrap_or(f64::NAN)))
+        range(&t).map(|(lo, hi)| (hi / lo, stats::cv(&t).unwrap_or(f64::NAN) * 100.0))
     };
     let _ = writeln!(
         s,
@@ -438,7 +438,7 @@ pub fn seed002_table(seed: &Seed002, rows: &BTreeMap<String, Row>, iterations: u
 }
 
 /// Sizes of the experiments.
-#[derive(Clone, Copy, Debug, Serialize)]
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
 pub struct Sizes {
     /// Seed 000: interleaved repetitions per mode.
     pub bench_reps: usize,
@@ -474,10 +474,55 @@ pub struct Experiment {
 impl Experiment {
     fn new(outcomes: Vec<Outcome>) -> Experiment {
         let events: Vec<Event> = outcomes.iter().flat_map(|o| o.events.iter().cloned()).collect();
-        let samples = bench::collect(&events);
-        let rows = bench::summarise(&samples);
-        Experiment { outcomes, samples, rows }
+        Experiment { samples: bench::collect(&events), rows: bench::summarise(&bench::collect(&events)), outcomes }
     }
+
+    /// From saved events only (no runs): for re-analysing a finished reproduction.
+    fn from_events(events: &[Event]) -> Experiment {
+        let samples = bench::collect(events);
+        Experiment { rows: bench::summarise(&samples), samples, outcomes: vec![] }
+    }
+}
+
+/// The events a run directory saved in `results.jsonl`.
+fn saved_events(run_dir: &Path) -> Result<Vec<Event>> {
+    let path = run_dir.join("results.jsonl");
+    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    Ok(text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect())
+}
+
+/// Re-renders the tables of a finished reproduction (`reproduce.json` in `dir`, as
+/// `lab reproduce` or `lab nightly` left it) with the current analysis, without rerunning.
+pub fn rerender(dir: &Path) -> Result<String> {
+    #[derive(Deserialize)]
+    struct Saved {
+        sizes: Sizes,
+        runs: Vec<std::path::PathBuf>,
+    }
+    let file = dir.join("reproduce.json");
+    let saved: Saved = serde_json::from_str(
+        &std::fs::read_to_string(&file)
+            .with_context(|| format!("reading {}: is this a reproduce directory?", file.display()))?,
+    )
+    .with_context(|| format!("{} is not a reproduce.json", file.display()))?;
+    let mut by_seed: BTreeMap<&str, Vec<Event>> = BTreeMap::new();
+    for run in &saved.runs {
+        // The nightly keeps a copy of each run next to reproduce.json; prefer it.
+        let name = run.file_name().unwrap_or_default();
+        let local = dir.join(name);
+        let events = saved_events(if local.is_dir() { &local } else { run })?;
+        let n = name.to_string_lossy();
+        let seed = if n.contains("-seed001-") {
+            "001"
+        } else if n.contains("-seed002-") {
+            "002"
+        } else {
+            "000"
+        };
+        by_seed.entry(seed).or_default().extend(events);
+    }
+    let e = |k: &str| Experiment::from_events(by_seed.get(k).map(Vec::as_slice).unwrap_or_default());
+    Ok(render(&seeds()?, &e("000"), &e("001"), &e("002"), saved.sizes))
 }
 
 /// The C driver vs the Rust driver, 2 workers, boots alternating so host drift hits both.
@@ -528,7 +573,7 @@ pub const LIMITS: &[&str] = &[
     "Seed 001 compared the C driver's alloc->mutex with a spinlock in the same driver; the lab's \"after\" is the \
      Rust driver, which keeps buffer metadata under spinlocks but differs in other ways too. Nothing here holds \
      the lock at low priority, so the priority inversion the seed describes has no trigger.",
-    "Seed 002's \"before\" is the Rust driver with `rust_binder.defer_tc=0` (rust-driver patch 0004), not the \
+    "Seed 002's \"before\" is the Rust driver with `rust_binder.defer_tc=0` (rust-driver patch 0005), not the \
      2017 C driver.",
 ];
 
@@ -695,7 +740,7 @@ mod tests {
         let t = seed001_table(&seeds.seed001, &s, &rows);
         assert!(t.contains("27.0 K-59.0 K iter/s") && t.contains("~80% improvement"), "{t}");
         assert!(t.contains("1000-2000 iter/s"), "{t}");
-        assert!(t.contains("2.00x spread") && t.contains("1.04x spread"), "{t}");
+        assert!(t.contains("2.00x spread, CV 30.5%") && t.contains("1.04x spread"), "{t}");
         let spread_lab = t.lines().last().unwrap();
         assert!(spread_lab.ends_with('✓'), "{t}");
     }
