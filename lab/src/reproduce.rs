@@ -522,7 +522,9 @@ pub fn rerender(dir: &Path) -> Result<String> {
         by_seed.entry(seed).or_default().extend(events);
     }
     let e = |k: &str| Experiment::from_events(by_seed.get(k).map(Vec::as_slice).unwrap_or_default());
-    Ok(render(&seeds()?, &e("000"), &e("001"), &e("002"), saved.sizes))
+    let (s0, s1, s2) = (e("000"), e("001"), e("002"));
+    write_plots(dir, &s1, &s2)?;
+    Ok(render(&seeds()?, &s0, &s1, &s2, saved.sizes))
 }
 
 /// The C driver vs the Rust driver, 2 workers, boots alternating so host drift hits both.
@@ -634,17 +636,35 @@ pub fn render(seeds: &Seeds, s0: &Experiment, s1: &Experiment, s2: &Experiment, 
         sizes.tput_iters,
         seed001_table(&seeds.seed001, &s1.samples, &s1.rows)
     );
+    let _ = writeln!(t, "![seed 001](seed001-throughput.svg)\n");
     let _ = writeln!(
         t,
         "## Seed 002: deferred BR_TRANSACTION_COMPLETE, BM_sendVec, {} interleaved repetitions per mode\n\n```\n{}```\n",
         sizes.sendvec_reps,
         seed002_table(&seeds.seed002, &s2.rows, sizes.sendvec_iters)
     );
+    let _ = writeln!(t, "![seed 002 time](seed002-time.svg) ![seed 002 cpu](seed002-cpu.svg)\n");
     let _ = writeln!(t, "## Known limits\n");
     for l in LIMITS {
         let _ = writeln!(t, "- {l}");
     }
     t
+}
+
+/// The plots the report names: seed 001's throughput per driver, seed 002's time and CPU per
+/// payload size per mode.
+fn write_plots(out: &Path, s1: &Experiment, s2: &Experiment) -> Result<()> {
+    if let Some(row) = s1.rows.get("throughput.iterations_per_sec") {
+        crate::plots::bars(
+            &out.join("seed001-throughput.svg"),
+            "Seed 001: binderThroughputTest -w 2, iterations/s (median, 95% CI)",
+            row,
+            &["C driver (mutex)", "Rust driver"],
+        )?;
+    }
+    let labels = ["defer_tc=0 (before)", "defer_tc=1 (after)"];
+    crate::plots::sendvec(&out.join("seed002-time.svg"), &s2.rows, "time_ns", &labels)?;
+    crate::plots::sendvec(&out.join("seed002-cpu.svg"), &s2.rows, "cpu_ns", &labels)
 }
 
 /// Runs the three experiments, then writes `reproduce.md` and `reproduce.json` to `out`.
@@ -660,6 +680,7 @@ pub fn run(profile: Profile, base: &RunOpts, out: &Path) -> Result<Reproduction>
     let s2 = seed002(sizes, base)?;
     let text = render(&seeds, &s0, &s1, &s2, sizes);
     std::fs::create_dir_all(out)?;
+    write_plots(out, &s1, &s2)?;
     std::fs::write(out.join("reproduce.md"), &text).context("writing reproduce.md")?;
     let r = Reproduction { text, seed000: s0, seed001: s1, seed002: s2 };
     let json = serde_json::to_string_pretty(&ResultsFile {
