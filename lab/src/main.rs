@@ -111,9 +111,10 @@ struct RunArgs {
     /// Kernel flavor (kernel-config/<flavor>.config).
     #[arg(long, env = "LAB_FLAVOR", default_value = "perf")]
     flavor: String,
-    /// TCG mode.
-    #[arg(long, value_enum, env = "LAB_TCG", default_value = "single")]
-    tcg: qemu::Tcg,
+    /// TCG mode [default: single; icount (deterministic) for bench, reproduce and the
+    /// nightly's measurements].
+    #[arg(long, value_enum, env = "LAB_TCG")]
+    tcg: Option<qemu::Tcg>,
     /// Directory whose files are added to the initramfs (e.g. bin/my-client).
     #[arg(long, env = "LAB_OVERLAY")]
     overlay: Option<std::path::PathBuf>,
@@ -132,12 +133,18 @@ struct RunArgs {
 }
 
 impl RunArgs {
+    /// For benchmarks: icount unless --tcg says otherwise, so that repeated runs agree and
+    /// the confidence intervals measure the workload, not the host.
+    fn measure_opts(&self, default_plan: &str) -> run::RunOpts {
+        run::RunOpts { tcg: self.tcg.unwrap_or(qemu::Tcg::Icount), ..self.opts(default_plan) }
+    }
+
     fn opts(&self, default_plan: &str) -> run::RunOpts {
         run::RunOpts {
             board: self.board.clone(),
             plan: self.plan.clone().unwrap_or_else(|| default_plan.into()),
             flavor: self.flavor.clone(),
-            tcg: self.tcg,
+            tcg: self.tcg.unwrap_or(qemu::Tcg::Single),
             overlay: self.overlay.clone(),
             boot_timeout: std::time::Duration::from_secs(self.boot_timeout),
             echo: self.verbose,
@@ -192,7 +199,7 @@ fn run(cmd: Cmd) -> Result<()> {
         Cmd::Test => lab::testall::run(),
         Cmd::DriverCheck => lab::driver_check::run(),
         Cmd::Bench { profile, reps, run } => {
-            if !lab::bench::run(profile, reps, &run.opts("bench"))? {
+            if !lab::bench::run(profile, reps, &run.measure_opts("bench"))? {
                 std::process::exit(1);
             }
             Ok(())
@@ -203,7 +210,7 @@ fn run(cmd: Cmd) -> Result<()> {
         }
         Cmd::Reproduce { profile, out, run, from: None } => {
             let out = out.unwrap_or_else(|| paths::repo().join("target/lab/reproduce").join(lab::util::utc_stamp()));
-            let r = lab::reproduce::run(profile, &run.opts("bench"), &out)?;
+            let r = lab::reproduce::run(profile, &run.measure_opts("bench"), &out)?;
             println!("{}", r.text);
             for o in r.outcomes() {
                 for p in o.problems() {
@@ -226,6 +233,7 @@ fn run(cmd: Cmd) -> Result<()> {
                 threshold_pct: threshold,
                 fuzz_ops: fuzz_ops.unwrap_or(if quick { 20_000 } else { 1_000_000 }),
                 base: run.opts("default"),
+                measure_tcg: run.tcg.unwrap_or(qemu::Tcg::Icount),
             };
             let n = lab::nightly::run(&opts)?;
             if let Some(r) = &n.reproduce {

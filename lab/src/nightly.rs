@@ -29,7 +29,11 @@ pub struct Opts {
     pub threshold_pct: f64,
     /// Fuzzer operations on the debug kernel.
     pub fuzz_ops: u64,
+    /// Options of the test stages (TCG single by default: varied interleavings find more).
     pub base: RunOpts,
+    /// TCG mode of the benchmarks (icount by default: repeatable, so the regression gate
+    /// sees the code, not the host's load).
+    pub measure_tcg: qemu::Tcg,
 }
 
 /// One kernel build.
@@ -323,7 +327,8 @@ pub fn run(opts: &Opts) -> Result<Nightly> {
 
     eprintln!("lab nightly: reproduce ({:?} profile)", opts.profile);
     let rdir = opts.out.join("reproduce");
-    let (repro, repro_err) = match reproduce::run(opts.profile, &opts.base, &rdir) {
+    let measure = RunOpts { tcg: opts.measure_tcg, ..opts.base.clone() };
+    let (repro, repro_err) = match reproduce::run(opts.profile, &measure, &rdir) {
         Ok(r) => {
             for o in r.outcomes() {
                 copy_dir(&o.dir, &rdir.join(o.dir.file_name().unwrap_or_default()))?;
@@ -558,12 +563,14 @@ fn kcidb_report(n: &Nightly, opts: &Opts, lock: &lock::Lock) -> Result<kcidb::Re
     }
     let env = kcidb::Environment {
         comment: format!(
-            "{} -M virt, board {}, TCG {:?}",
+            "{} -M virt, board {}, TCG {:?} (benchmarks: {:?})",
             qemu::version().unwrap_or_default(),
             opts.base.board,
-            opts.base.tcg
+            opts.base.tcg,
+            opts.measure_tcg
         ),
-        misc: serde_json::json!({"board": opts.base.board, "tcg": format!("{:?}", opts.base.tcg).to_lowercase()}),
+        misc: serde_json::json!({"board": opts.base.board, "tcg": format!("{:?}", opts.base.tcg).to_lowercase(),
+                                 "benchmark_tcg": format!("{:?}", opts.measure_tcg).to_lowercase()}),
     };
     let env = || kcidb::Environment { comment: env.comment.clone(), misc: env.misc.clone() };
     let run_id = util::utc_stamp();
@@ -624,10 +631,12 @@ fn html_report(n: &Nightly, opts: &Opts, failures: &[String]) -> String {
     let verdict = if failures.is_empty() { "PASS" } else { "FAIL" };
     p.h(1, &format!("binder-lab nightly: {verdict}"));
     p.p(&format!(
-        "{} profile, {:.1} min, lab {}; fuzz budget {} operations on debug; threshold {}%{}.",
+        "{} profile, {:.1} min, lab {}; tests under TCG {:?}, benchmarks under TCG {:?}; fuzz budget {} operations on debug; threshold {}%{}.",
         format!("{:?}", opts.profile).to_lowercase(),
         n.wall_s / 60.0,
         lab_commit(),
+        opts.base.tcg,
+        opts.measure_tcg,
         opts.fuzz_ops,
         opts.threshold_pct,
         opts.baseline.as_ref().map(|b| format!(", baseline {}", b.display())).unwrap_or_default()

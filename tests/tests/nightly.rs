@@ -26,6 +26,7 @@ fn quick_nightly_writes_artifacts_and_fails_on_a_regression() {
         threshold_pct: 10.0,
         fuzz_ops: 20_000,
         base: RunOpts::default(),
+        measure_tcg: lab::qemu::Tcg::Icount,
     };
     let n = nightly::run(&opts).unwrap();
     let failures = n.failures();
