@@ -85,7 +85,7 @@ pub struct Number {
     pub unit: String,
 }
 
-#[derive(Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize)]
 pub struct Environment {
     pub comment: String,
     #[serde(skip_serializing_if = "Value::is_null")]

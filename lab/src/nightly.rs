@@ -72,10 +72,15 @@ pub enum Better {
     Lower,
 }
 
+/// `seed000.throughput.avg_ms` of `seed000.throughput.avg_ms.m1`.
+fn without_mode(metric: &str) -> &str {
+    metric.rsplit_once(".m").map(|(m, _)| m).unwrap_or(metric)
+}
+
 /// Which metrics gate, and which way is better. Tier latencies, shares and counters are
 /// reported but not gated: their spread under TCG is too wide for a fixed threshold.
 pub fn better(metric: &str) -> Option<Better> {
-    let m = metric.rsplit_once(".m").map(|(m, _)| m).unwrap_or(metric);
+    let m = without_mode(metric);
     if m.ends_with("iterations_per_sec") || m.ends_with("ops_per_s") {
         return Some(Better::Higher);
     }
@@ -229,6 +234,8 @@ pub struct Nightly {
     pub metrics: Metrics,
     pub comparisons: Vec<Comparison>,
     pub wall_s: f64,
+    /// `git describe` of the lab checkout.
+    pub lab_commit: String,
     /// kcidb.json failed the schema check (kcidb-io's message).
     pub kcidb_error: Option<String>,
 }
@@ -304,12 +311,14 @@ pub fn run(opts: &Opts) -> Result<Nightly> {
     }
 
     let fuzz = fuzz_plan(opts.fuzz_ops);
+    let load = |name: &str| run::load_plan(name).map_err(|e| format!("{e:#}"));
+    let conformance = load("conformance");
     let plans: Vec<(&str, &'static str, &str, std::result::Result<Plan, String>)> = vec![
-        ("conformance-perf", "conformance", "perf", run::load_plan("conformance").map_err(|e| format!("{e:#}"))),
-        ("conformance-debug", "conformance", "debug", run::load_plan("conformance").map_err(|e| format!("{e:#}"))),
-        ("conformance-cbinder", "conformance", "cbinder", run::load_plan("conformance").map_err(|e| format!("{e:#}"))),
-        ("kunit-debug", "kunit", "debug", run::load_plan("kunit").map_err(|e| format!("{e:#}"))),
-        ("ctabs-perf", "ctabs", "perf", run::load_plan("ctabs").map_err(|e| format!("{e:#}"))),
+        ("conformance-perf", "conformance", "perf", conformance.clone()),
+        ("conformance-debug", "conformance", "debug", conformance.clone()),
+        ("conformance-cbinder", "conformance", "cbinder", conformance),
+        ("kunit-debug", "kunit", "debug", load("kunit")),
+        ("ctabs-perf", "ctabs", "perf", load("ctabs")),
         ("fuzz-debug", "fuzz", "debug", Ok(fuzz)),
     ];
     let mut stages = vec![];
@@ -358,6 +367,7 @@ pub fn run(opts: &Opts) -> Result<Nightly> {
         metrics,
         comparisons,
         wall_s: t0.elapsed().as_secs_f64(),
+        lab_commit: lab_commit(),
         kcidb_error: None,
     };
     let lock = lock::Lock::load(&lock::Lock::path())?;
@@ -426,11 +436,12 @@ fn write_artifacts(n: &Nightly, opts: &Opts, lock: &lock::Lock) -> Result<()> {
         .iter()
         .map(|s| {
             let (passed, failed, skipped) = case_counts(s);
+            let problems = s.problems();
             StageJson {
                 name: &s.name,
                 flavor: &s.flavor,
-                ok: s.problems().is_empty(),
-                problems: s.problems(),
+                ok: problems.is_empty(),
+                problems,
                 passed,
                 failed,
                 skipped,
@@ -448,7 +459,7 @@ fn write_artifacts(n: &Nightly, opts: &Opts, lock: &lock::Lock) -> Result<()> {
         profile: opts.profile,
         threshold_pct: opts.threshold_pct,
         baseline: opts.baseline.as_ref().map(|p| p.display().to_string()),
-        lab_commit: lab_commit(),
+        lab_commit: n.lab_commit.clone(),
         kernel: &lock.kernel,
         builds: &n.builds,
         stages,
@@ -497,7 +508,7 @@ pub fn validate_kcidb(file: &Path) -> Option<std::result::Result<(), String>> {
 }
 
 fn unit_of(metric: &str) -> &'static str {
-    let m = metric.rsplit_once(".m").map(|(m, _)| m).unwrap_or(metric);
+    let m = without_mode(metric);
     if m.ends_with("_ms") {
         "ms"
     } else if m.ends_with("_ns") {
@@ -517,7 +528,7 @@ fn kcidb_report(n: &Nightly, opts: &Opts, lock: &lock::Lock) -> Result<kcidb::Re
     let shas: Vec<String> =
         series.patches.iter().map(|p| util::sha256_file(&series.dir.join(p))).collect::<Result<_>>()?;
     let patchset = kcidb::patchset_hash(&shas);
-    let commit = lab_commit();
+    let commit = &n.lab_commit;
     let checkout_id = kcidb::id(&format!(
         "{}-{}-{}",
         lock.kernel.version,
@@ -572,7 +583,6 @@ fn kcidb_report(n: &Nightly, opts: &Opts, lock: &lock::Lock) -> Result<kcidb::Re
         misc: serde_json::json!({"board": opts.base.board, "tcg": format!("{:?}", opts.base.tcg).to_lowercase(),
                                  "benchmark_tcg": format!("{:?}", opts.measure_tcg).to_lowercase()}),
     };
-    let env = || kcidb::Environment { comment: env.comment.clone(), misc: env.misc.clone() };
     let run_id = util::utc_stamp();
     for s in &n.stages {
         let Ok(o) = &s.result else {
@@ -584,7 +594,7 @@ fn kcidb_report(n: &Nightly, opts: &Opts, lock: &lock::Lock) -> Result<kcidb::Re
                 status: "MISS",
                 start_time: s.started.clone(),
                 log_excerpt: Some(kcidb::excerpt(&s.problems().join("\n"))),
-                environment: env(),
+                environment: env.clone(),
                 ..Default::default()
             });
             continue;
@@ -600,7 +610,7 @@ fn kcidb_report(n: &Nightly, opts: &Opts, lock: &lock::Lock) -> Result<kcidb::Re
                 start_time: s.started.clone(),
                 duration: Some(c.time_s),
                 log_excerpt: c.detail.as_deref().map(kcidb::excerpt),
-                environment: env(),
+                environment: env.clone(),
                 misc: serde_json::json!({"artifacts": rel(&s.artifacts, &opts.out)}),
                 ..Default::default()
             });
@@ -618,7 +628,7 @@ fn kcidb_report(n: &Nightly, opts: &Opts, lock: &lock::Lock) -> Result<kcidb::Re
             status: "DONE",
             start_time: now.clone(),
             number: Some(kcidb::Number { value: m.value, unit: unit_of(name).into() }),
-            environment: env(),
+            environment: env.clone(),
             misc: serde_json::json!({"ci95": [m.lo, m.hi], "better": m.better}),
             ..Default::default()
         });
@@ -634,7 +644,7 @@ fn html_report(n: &Nightly, opts: &Opts, failures: &[String]) -> String {
         "{} profile, {:.1} min, lab {}; tests under TCG {:?}, benchmarks under TCG {:?}; fuzz budget {} operations on debug; threshold {}%{}.",
         format!("{:?}", opts.profile).to_lowercase(),
         n.wall_s / 60.0,
-        lab_commit(),
+        n.lab_commit,
         opts.base.tcg,
         opts.measure_tcg,
         opts.fuzz_ops,
@@ -729,13 +739,14 @@ pub fn summary(n: &Nightly, out: &Path) -> String {
         let reg = n.comparisons.iter().filter(|c| c.verdict == Verdict::Regressed).count();
         let _ = writeln!(s, "baseline: {gated} gated metrics compared, {reg} regressed");
     }
-    for f in n.failures() {
+    let failures = n.failures();
+    for f in &failures {
         let _ = writeln!(s, "FAILED {f}");
     }
     let _ = writeln!(
         s,
         "nightly: {} in {:.1} min; artifacts in {} (report.html, nightly.json, junit.xml, kcidb.json)",
-        if n.failures().is_empty() { "passed" } else { "FAILED" },
+        if failures.is_empty() { "passed" } else { "FAILED" },
         n.wall_s / 60.0,
         out.display()
     );

@@ -361,13 +361,17 @@ pub fn seed001_table(seed: &Seed001, samples: &bench::Samples, rows: &BTreeMap<S
         let t = runs("throughput.iterations_per_sec", mode);
         range(&t).map(|(lo, hi)| (hi / lo, stats::cv(&t).unwrap_or(f64::NAN) * 100.0))
     };
+    let seed_spread = |pick: fn(&RangeRow) -> [f64; 2]| {
+        let t = seed.rows.iter().find(|r| r.metric == "throughput.iterations_per_sec").map(pick);
+        t.map(|[lo, hi]| hi / lo).unwrap_or(f64::NAN)
+    };
     let _ = writeln!(
         s,
         "{:<11} {:<5} {:>w$} {:>w$}",
         "variance:",
         "seed",
-        format!("high ({:.1}x spread)", 59.0 / 27.0),
-        format!("low ({:.2}x spread)", 84.0 / 79.0)
+        format!("high ({:.1}x spread)", seed_spread(|r| r.before)),
+        format!("low ({:.2}x spread)", seed_spread(|r| r.after))
     );
     let show_spread = |x: Option<(f64, f64)>| match x {
         Some((sp, cv)) => format!("{sp:.2}x spread, CV {cv:.1}%"),
@@ -474,7 +478,7 @@ pub struct Experiment {
 impl Experiment {
     fn new(outcomes: Vec<Outcome>) -> Experiment {
         let events: Vec<Event> = outcomes.iter().flat_map(|o| o.events.iter().cloned()).collect();
-        Experiment { samples: bench::collect(&events), rows: bench::summarise(&bench::collect(&events)), outcomes }
+        Experiment { outcomes, ..Experiment::from_events(&events) }
     }
 
     /// From saved events only (no runs): for re-analysing a finished reproduction.
@@ -538,13 +542,9 @@ pub fn seed001(sizes: Sizes, base: &RunOpts) -> Result<Experiment> {
         argv: ["/bin/binder-throughput", "-w", "2", "-i", &sizes.tput_iters.to_string()].map(String::from).to_vec(),
     };
     let mut outcomes = vec![];
-    for round in 0..ROUNDS {
+    for _ in 0..ROUNDS {
         for (mode, flavor) in [(0, "cbinder"), (1, base.flavor.as_str())] {
-            let mut plan = bench::interleaved(&format!("seed001-{flavor}"), per_boot, &[job()], &[(mode, vec![])]);
-            // Step names carry the global run number, so the rounds don't collide.
-            for (i, st) in plan.steps.iter_mut().enumerate() {
-                st.name = format!("throughput-m{mode}-r{}", round * per_boot + i);
-            }
+            let plan = bench::interleaved(&format!("seed001-{flavor}"), per_boot, &[job()], &[(mode, vec![])]);
             let opts = RunOpts { flavor: flavor.to_string(), ..base.clone() };
             outcomes.push(crate::run::run_plan(&plan, &opts)?);
         }
