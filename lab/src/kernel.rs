@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// Bump when the build recipe changes in a way the inputs don't show.
-const RECIPE: &str = "lab-kernel-v1";
+const RECIPE: &str = "lab-kernel-v2";
 /// Files published per build.
 const ARTIFACTS: [&str; 4] = ["Image", "vmlinux", ".config", "System.map"];
 /// Published builds kept per flavor.

@@ -72,6 +72,13 @@ impl Toolchain {
             // Defined but empty: keeps setlocalversion from appending "+" for the git tree.
             .arg("LOCALVERSION=")
             .arg(format!("O={}", out.display()));
+        // Reproducible builds: the same inputs give the same Image on any machine, so a
+        // deterministic guest stays deterministic across hosts (no build time, user, host or
+        // per-link build counter in the banner).
+        c.env("KBUILD_BUILD_TIMESTAMP", "Thu Jan  1 00:00:00 UTC 2026")
+            .env("KBUILD_BUILD_USER", "binderlab")
+            .env("KBUILD_BUILD_HOST", "binderlab")
+            .env("KBUILD_BUILD_VERSION", "1");
         c
     }
 
