@@ -5,12 +5,14 @@
 //!   toolchain) by rename, only after make succeeded: an interrupted build never leaves
 //!   something that looks complete, and an unchanged input is a no-op.
 
-use crate::kconfig::Fragment;
-use crate::lock::Lock;
-use crate::setup::Toolchain;
-use crate::tree::{self, Series};
-use crate::util::{run_logged, sha256_hex, write_atomic};
-use crate::{paths, setup};
+use crate::kbuild::kconfig::Fragment;
+use crate::kbuild::pin::{ensure_kernel_deb, Lock};
+use crate::kbuild::setup;
+use crate::kbuild::tree::{self, Series};
+use crate::provision::toolchain::Toolchain;
+use crate::support::fs::{sha256_hex, write_atomic};
+use crate::support::paths;
+use crate::support::process::run_logged;
 use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};
@@ -131,7 +133,7 @@ pub fn build(flavor: &str) -> Result<Built> {
 /// the tree must stay at this series (a build, a check).
 pub fn prepared_tree(cache: &Path, lock: &Lock) -> Result<(Toolchain, PathBuf, std::fs::File)> {
     let tc = setup::toolchain(cache)?;
-    let deb = setup::ensure_kernel_deb(cache, lock)?;
+    let deb = ensure_kernel_deb(cache, lock)?;
     let src = tree::ensure_unpacked(cache, lock, &deb)?;
     let guard = tree::lock(cache)?;
     tree::sync_series(&src, &Series::load(&paths::driver_dir())?)?;
@@ -232,7 +234,7 @@ fn prune(cache: &Path, flavor: &str, keep_key: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lock::KernelPin;
+    use crate::kbuild::pin::KernelPin;
 
     fn lock() -> Lock {
         Lock {
