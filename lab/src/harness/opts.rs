@@ -80,8 +80,15 @@ pub fn load_plan(name: &str) -> Result<Plan> {
 }
 
 pub fn load_board(name: &str) -> Result<board::Board> {
+    Ok(load_board_file(name)?.0)
+}
+
+/// The board and the SHA-256 of the exact bytes it was parsed from (for the manifest).
+pub fn load_board_file(name: &str) -> Result<(board::Board, String)> {
     let path = resolve(name, &paths::board_dir(), "toml", "board")?;
-    Ok(board::Board::load(&path)?)
+    let text = std::fs::read_to_string(&path).with_context(|| format!("reading the board file {}", path.display()))?;
+    let board = board::Board::from_str_named(&text, &path.display().to_string())?;
+    Ok((board, crate::support::fs::sha256_hex(text.as_bytes())))
 }
 
 #[cfg(test)]
