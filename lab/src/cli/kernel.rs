@@ -43,5 +43,5 @@ fn prepared_tree(cache: &Path) -> Result<(PathBuf, std::fs::File)> {
     let lock = pin::Lock::load(&pin::Lock::path())?;
     let deb = pin::ensure_kernel_deb(cache, &lock)?;
     let t = tree::ensure_unpacked(cache, &lock, &deb)?;
-    Ok((t, tree::lock(cache)?))
+    Ok((t, tree::lock(cache, "a driver-tree command")?))
 }

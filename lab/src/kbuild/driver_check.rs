@@ -1,9 +1,9 @@
 //! `lab driver-check`: the series must be clippy-clean, rustfmt-clean and checkpatch-clean,
 //! as an upstream submission would be.
 
-use crate::kbuild::kernel;
 use crate::kbuild::pin::Lock;
 use crate::kbuild::tree::Series;
+use crate::kbuild::{kernel, setup};
 use crate::support::paths;
 use crate::support::process::run_logged;
 use anyhow::{bail, Result};
@@ -13,8 +13,9 @@ use std::process::Command;
 pub fn run() -> Result<()> {
     let cache = paths::cache();
     let lock = Lock::load(&Lock::path())?;
-    let (tc, src, _tree_lock) = kernel::prepared_tree(&cache, &lock)?;
     let series = Series::load(&paths::driver_dir())?;
+    let tc = setup::toolchain(&cache)?;
+    let (src, _tree_lock) = kernel::prepared_tree(&cache, &lock, &series, "driver-check")?;
     let mut problems: Vec<String> = vec![];
 
     // Clippy on the Rust support code and the driver, in an O= directory of its own so the

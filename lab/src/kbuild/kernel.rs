@@ -93,10 +93,19 @@ pub fn build(flavor: &str) -> Result<Built> {
     let cache = paths::cache();
     let merged = fragment(flavor)?;
     let lock = Lock::load(&Lock::path())?;
-    let (tc, src, _tree_lock) = prepared_tree(&cache, &lock)?;
+    let series = Series::load(&paths::driver_dir())?;
+    let tc = setup::toolchain(&cache)?;
+    let fingerprint = tc.fingerprint()?;
+    // A published build of the tree as it is needs no tree lock: another flavor may hold it
+    // for minutes while it builds.
+    if let Some(built) = published(&cache, flavor, &lock, &merged, &series, &fingerprint)? {
+        eprintln!("lab: kernel {flavor} is up to date: {}", built.dir.display());
+        return Ok(built);
+    }
+    let (src, _tree_lock) = prepared_tree(&cache, &lock, &series, &format!("building kernel {flavor}"))?;
 
     let state = tree::state_hash(&src)?;
-    let key = cache_key(&lock, &merged, &state, &tc.fingerprint()?);
+    let key = cache_key(&lock, &merged, &state, &fingerprint);
     let out = artifacts_dir(&cache, flavor, &key);
     let built = Built { flavor: flavor.into(), key: key.clone(), dir: out.clone() };
     if out.join("Image").is_file() {
@@ -128,20 +137,35 @@ pub fn build(flavor: &str) -> Result<Built> {
     Ok(built)
 }
 
-/// The toolchain and the kernel tree carrying the series, provisioning what is missing.
-/// The tree is shared by every checkout on the machine: hold the returned lock for as long as
-/// the tree must stay at this series (a build, a check).
-pub fn prepared_tree(cache: &Path, lock: &Lock) -> Result<(Toolchain, PathBuf, std::fs::File)> {
-    let tc = setup::toolchain(cache)?;
-    let deb = ensure_kernel_deb(cache, lock)?;
-    let src = tree::ensure_unpacked(cache, lock, &deb)?;
-    let guard = tree::lock(cache)?;
-    tree::sync_series(&src, &Series::load(&paths::driver_dir())?)?;
-    Ok((tc, src, guard))
+/// The published build of `flavor` for the tree as it is now, found without the tree lock:
+/// only when the tree already carries `series` and reads the same twice (no other process
+/// is changing it), so the key names what a locked build would name.
+pub fn published(
+    cache: &Path,
+    flavor: &str,
+    lock: &Lock,
+    merged: &Fragment,
+    series: &Series,
+    fingerprint: &str,
+) -> Result<Option<Built>> {
+    let src = tree::tree_dir(cache, lock);
+    let Some(state) = tree::settled_state(&src, series)? else { return Ok(None) };
+    let key = cache_key(lock, merged, &state, fingerprint);
+    let dir = artifacts_dir(cache, flavor, &key);
+    Ok(dir.join("Image").is_file().then(|| Built { flavor: flavor.into(), key, dir }))
 }
 
-/// allnoconfig + the merged fragment, then olddefconfig, then a check that kconfig kept
-/// every symbol asked for. Skipped when the fragment is unchanged since the last run.
+/// The kernel tree carrying the series, provisioning what is missing. The tree is shared by
+/// every checkout on the machine: hold the returned lock for as long as the tree must stay
+/// at this series (a build, a check); `purpose` tells waiting processes why it is held.
+pub fn prepared_tree(cache: &Path, lock: &Lock, series: &Series, purpose: &str) -> Result<(PathBuf, std::fs::File)> {
+    let deb = ensure_kernel_deb(cache, lock)?;
+    let src = tree::ensure_unpacked(cache, lock, &deb)?;
+    let guard = tree::lock(cache, purpose)?;
+    tree::sync_series(&src, series)?;
+    Ok((src, guard))
+}
+
 pub fn configure(tc: &Toolchain, src: &Path, obj: &Path, merged: &Fragment) -> Result<()> {
     let rendered = merged.render();
     let stamp = obj.join(".lab-config.sha256");
@@ -236,6 +260,8 @@ mod tests {
     use super::*;
     use crate::kbuild::pin::KernelPin;
 
+    const PINNED_KEY: &str = "bb6914c70394e1a7";
+
     fn lock() -> Lock {
         Lock {
             kernel: KernelPin {
@@ -264,6 +290,41 @@ mod tests {
         let mut l = lock();
         l.kernel.version = "7.2.2-1".into();
         assert_ne!(k, cache_key(&l, &f, "tree1", "rustc 1.95"));
+    }
+
+    #[test]
+    fn cache_key_value_is_pinned() {
+        // Published kernels are keyed by this: a change rebuilds every flavor everywhere.
+        let f = Fragment::parse("CONFIG_A=y\n", "a").unwrap();
+        assert_eq!(cache_key(&lock(), &f, "tree1", "rustc 1.95"), PINNED_KEY);
+    }
+
+    #[test]
+    fn published_build_is_found_without_the_tree_lock() {
+        let d = tempfile::tempdir().unwrap();
+        let cache = d.path().join("cache");
+        let src = tree::tree_dir(&cache, &lock());
+        let series = crate::kbuild::tree::tests::synced_tree(&src, &d.path().join("rust-driver"));
+        let merged = fragment("perf").unwrap();
+        let key = cache_key(&lock(), &merged, &tree::state_hash(&src).unwrap(), "tc");
+        std::fs::create_dir_all(artifacts_dir(&cache, "perf", &key)).unwrap();
+        std::fs::write(artifacts_dir(&cache, "perf", &key).join("Image"), "").unwrap();
+        // Another process holds the tree lock (e.g. building another flavor).
+        let _held = tree::lock(&cache, "building kernel debug").unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (c, m, s) = (cache.clone(), merged.clone(), series.clone());
+        std::thread::spawn(move || tx.send(published(&c, "perf", &lock(), &m, &s, "tc").map_err(|e| format!("{e:#}"))));
+        let got = rx.recv_timeout(std::time::Duration::from_secs(20)).expect("published() waited for the tree lock");
+        assert_eq!(got.unwrap().map(|b| b.key), Some(key));
+        // An edit in the tree names another state: no published build for it.
+        std::fs::write(src.join("drivers/a.rs"), "edited\n").unwrap();
+        assert!(published(&cache, "perf", &lock(), &merged, &series, "tc").unwrap().is_none());
+        // Nor when the tree carries another series.
+        std::fs::write(series.dir.join("0001-x.patch"), "x\n").unwrap();
+        std::fs::write(series.dir.join("series"), "0001-x.patch\n").unwrap();
+        let other = Series::load(&series.dir).unwrap();
+        std::fs::write(src.join("drivers/a.rs"), "fn a() {}\n").unwrap();
+        assert!(published(&cache, "perf", &lock(), &merged, &other, "tc").unwrap().is_none());
     }
 
     #[test]
