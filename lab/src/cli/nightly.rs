@@ -8,7 +8,7 @@
 //! and on a metric that is worse than the baseline file by more than the threshold.
 
 use crate::harness::opts::{load_plan, RunOpts};
-use crate::harness::outcome::Outcome;
+use crate::harness::outcome::{Exit, Outcome};
 use crate::harness::qemu;
 use crate::kbuild::pin as lock;
 use crate::kbuild::{kernel, tree};
@@ -250,6 +250,25 @@ pub struct Nightly {
 }
 
 impl Nightly {
+    /// The exit code: the worst stage, a harness error for a build, reproduction or KCIDB
+    /// failure, a test failure for a regression.
+    pub fn exit(&self) -> Exit {
+        let stages = self.stages.iter().map(|s| s.result.as_ref().map(Outcome::exit).unwrap_or(Exit::HarnessError));
+        let repro = self.reproduce.iter().flat_map(|r| r.outcomes().map(Outcome::exit).collect::<Vec<_>>());
+        let harness = self.builds.iter().any(|b| b.error.is_some())
+            || self.reproduce_error.is_some()
+            || self.kcidb_error.is_some();
+        let regressed = self.comparisons.iter().any(|c| c.verdict == Verdict::Regressed);
+        stages
+            .chain(repro)
+            .chain([
+                if harness { Exit::HarnessError } else { Exit::Ok },
+                if regressed { Exit::TestFailure } else { Exit::Ok },
+            ])
+            .max()
+            .unwrap_or(Exit::Ok)
+    }
+
     /// Every reason to fail, one line each.
     pub fn failures(&self) -> Vec<String> {
         let mut f = vec![];
@@ -772,7 +791,7 @@ pub fn command(
     threshold: f64,
     fuzz_ops: Option<u64>,
     run_args: &crate::cli::args::RunArgs,
-) -> Result<()> {
+) -> Result<Exit> {
     let out = out.unwrap_or_else(|| paths::repo().join("target/lab/nightly").join(utc_stamp()));
     let quick = profile == Profile::Quick;
     let opts = Opts {
@@ -789,10 +808,7 @@ pub fn command(
         println!("{}", r.text);
     }
     print!("{}", summary(&n, &out));
-    if !n.failures().is_empty() {
-        std::process::exit(1);
-    }
-    Ok(())
+    Ok(n.exit())
 }
 
 #[cfg(test)]
