@@ -9,8 +9,8 @@
 
 use labproto::{Event, Status};
 
-/// The prefix the guest init puts before a step's output lines on the console.
-pub const STEP_PREFIX: &str = "[kunit] ";
+/// The step of the `kunit` plan whose console output is the KTAP.
+pub const STEP: &str = "kunit";
 
 /// One `ok`/`not ok` line and the subtests above it.
 #[derive(Debug)]
@@ -106,7 +106,7 @@ fn emit(t: &Test, parent: &str, out: &mut Vec<Event>) {
 }
 
 fn result(case: String, status: Status, message: Option<String>) -> Event {
-    Event::Result { step: "kunit".into(), case, status, duration_ms: 0.0, message, data: serde_json::Value::Null }
+    Event::Result { step: STEP.into(), case, status, duration_ms: 0.0, message, data: serde_json::Value::Null }
 }
 
 /// One result per test case of KTAP `lines`.
@@ -121,7 +121,8 @@ pub fn parse(lines: &[&str]) -> Vec<Event> {
 /// KUnit results found among console lines, if the `kunit` step ran. A step whose output
 /// holds no test at all is a failure (KUnit or its debugfs results are missing).
 pub fn from_console(console: &[String]) -> Vec<Event> {
-    let lines: Vec<&str> = console.iter().filter_map(|l| l.strip_prefix(STEP_PREFIX)).collect();
+    let prefix = labproto::step_console_prefix(STEP);
+    let lines: Vec<&str> = console.iter().filter_map(|l| l.strip_prefix(prefix.as_str())).collect();
     let out = parse(&lines);
     if out.is_empty() && !lines.is_empty() {
         let msg = format!("the kunit step printed no KTAP test line ({} line(s) of output)", lines.len());

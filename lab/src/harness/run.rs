@@ -10,7 +10,7 @@ use crate::harness::qemu::{Console, Vm, VmEvent, VmSpec};
 use crate::harness::{ktap, splat as console};
 use crate::support::{fs, paths};
 use anyhow::{bail, Result};
-use labproto::{Event, Plan};
+use labproto::{Event, Plan, CONSOLE_RESULT_PREFIX};
 use std::io::{Read, Seek, Write};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -23,9 +23,6 @@ const STEP_GRACE: Duration = Duration::from_secs(15);
 const POWEROFF_TIMEOUT: Duration = Duration::from_secs(15);
 /// How long to keep reading the console after a panic for the rest of its report.
 const PANIC_LINGER: Duration = Duration::from_millis(700);
-/// Console prefix of results when the guest has no result port (the init's fallback; the
-/// only channel under `--tcg icount`).
-const CONSOLE_RESULT_PREFIX: &str = "LABRESULT ";
 
 /// Events among console lines, from `*pos` on; advances `*pos`.
 fn console_events(lines: &[String], pos: &mut usize) -> Vec<Event> {
