@@ -285,9 +285,10 @@ impl Nightly {
         }
         if let Some(e) = &self.kcidb_error {
             f.push(format!(
-                "kcidb.json does not validate against KCIDB schema {}.{}: {e}",
+                "kcidb.json against KCIDB schema {}.{} ({}): {e}",
                 kcidb::VERSION.0,
-                kcidb::VERSION.1
+                kcidb::VERSION.1,
+                crate::provision::kcidb_io::KCIDB_IO
             ));
         }
         for c in &self.comparisons {
@@ -401,7 +402,7 @@ pub fn run(opts: &Opts) -> Result<Nightly> {
     let lock = lock::Lock::load(&lock::Lock::path())?;
     let kcidb_file = opts.out.join("kcidb.json");
     std::fs::write(&kcidb_file, serde_json::to_string_pretty(&kcidb_report(&n, opts, &lock)?)?)?;
-    n.kcidb_error = validate_kcidb(&kcidb_file).and_then(|r| r.err());
+    n.kcidb_error = check_kcidb(&kcidb_file, || crate::provision::kcidb_io::ensure(&paths::cache()));
     write_artifacts(&n, opts, &lock)?;
     Ok(n)
 }
@@ -507,32 +508,15 @@ fn write_artifacts(n: &Nightly, opts: &Opts, lock: &lock::Lock) -> Result<()> {
 }
 
 /// kcidb-io, the schema's reference implementation, in a private venv in the cache.
-pub const KCIDB_IO: &str = "kcidb-io==141";
-
-/// Validates `kcidb.json` against the KCIDB schema with kcidb-io. Returns None when the
-/// validator cannot be installed (no network): the report is still written.
-pub fn validate_kcidb(file: &Path) -> Option<std::result::Result<(), String>> {
-    let venv = paths::cache().join("tools").join(KCIDB_IO.replace("==", "-"));
-    let py = venv.join("bin/python3");
-    if !py.is_file() {
-        let ok =
-            std::process::Command::new("python3").arg("-m").arg("venv").arg(&venv).status().is_ok_and(|s| s.success())
-                && std::process::Command::new(venv.join("bin/pip"))
-                    .args(["install", "-q", KCIDB_IO])
-                    .status()
-                    .is_ok_and(|s| s.success());
-        if !ok {
-            eprintln!("lab nightly: could not install {KCIDB_IO} into {}; kcidb.json not validated", venv.display());
-            let _ = std::fs::remove_dir_all(&venv);
-            return None;
-        }
-    }
-    let out = std::process::Command::new(&py)
-        .args(["-c", "import json,sys,kcidb_io; kcidb_io.schema.LATEST.validate(json.load(open(sys.argv[1])))"])
-        .arg(file)
-        .output()
-        .ok()?;
-    Some(if out.status.success() { Ok(()) } else { Err(kcidb::excerpt(&String::from_utf8_lossy(&out.stderr))) })
+/// Validates `kcidb.json` with kcidb-io (installed by setup, or now); the error says why the
+/// file is invalid, or why it could not be validated: a report that was not checked fails
+/// the night like one that is wrong.
+pub fn check_kcidb(file: &Path, validator: impl FnOnce() -> Result<PathBuf>) -> Option<String> {
+    let py = match validator() {
+        Ok(py) => py,
+        Err(e) => return Some(format!("not validated: {e:#}")),
+    };
+    kcidb::validate(&py, file).err()
 }
 
 fn unit_of(metric: &str) -> &'static str {
@@ -814,6 +798,15 @@ pub fn command(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kcidb_that_was_not_validated_fails_the_night() {
+        let f = std::path::Path::new("/nonexistent/kcidb.json");
+        let e = check_kcidb(f, || anyhow::bail!("pip: no network")).expect("a failure");
+        assert!(e.starts_with("not validated: pip: no network"), "{e}");
+        let e = check_kcidb(f, || Ok("/nonexistent/python3".into())).expect("a failure");
+        assert!(e.contains("/nonexistent/python3"), "{e}");
+    }
 
     fn m(value: f64, lo: f64, hi: f64) -> Metric {
         Metric { value, lo: Some(lo), hi: Some(hi), better: None }

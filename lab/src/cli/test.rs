@@ -13,6 +13,8 @@ fn cargo(args: &[&str], what: &str) -> Result<bool> {
     eprintln!("\n=== {what}: cargo {}", args.join(" "));
     let st = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
         .args(args)
+        // Tests that need QEMU fail instead of skipping: setup installed it.
+        .env("LAB_REQUIRE_QEMU", "1")
         .current_dir(paths::repo())
         .status()?;
     if !st.success() {

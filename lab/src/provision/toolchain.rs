@@ -227,5 +227,6 @@ pub fn ensure_tools(cache: &Path) -> Result<Toolchain> {
     ensure_rust_src(cache)?;
     ensure_bindgen(cache)?;
     crate::provision::downloads::busybox(cache)?;
+    crate::provision::kcidb_io::ensure(cache)?;
     Toolchain::probe(cache).context("toolchain incomplete after setup")
 }
