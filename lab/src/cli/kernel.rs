@@ -13,7 +13,8 @@ pub fn build(flavor: &str) -> Result<()> {
 }
 
 pub fn lock() -> Result<()> {
-    pin::kernel_lock(&paths::cache())
+    println!("{}", pin::kernel_lock(&paths::cache())?);
+    Ok(())
 }
 
 pub fn driver_tree() -> Result<()> {

@@ -99,7 +99,7 @@ pub fn build(flavor: &str) -> Result<Built> {
     // A published build of the tree as it is needs no tree lock: another flavor may hold it
     // for minutes while it builds.
     if let Some(built) = published(&cache, flavor, &lock, &merged, &series, &fingerprint)? {
-        eprintln!("lab: kernel {flavor} is up to date: {}", built.dir.display());
+        crate::support::progress::note(format!("kernel {flavor} is up to date: {}", built.dir.display()));
         return Ok(built);
     }
     let (src, _tree_lock) = prepared_tree(&cache, &lock, &series, &format!("building kernel {flavor}"))?;
@@ -109,7 +109,7 @@ pub fn build(flavor: &str) -> Result<Built> {
     let out = artifacts_dir(&cache, flavor, &key);
     let built = Built { flavor: flavor.into(), key: key.clone(), dir: out.clone() };
     if out.join("Image").is_file() {
-        eprintln!("lab: kernel {flavor} is up to date: {}", out.display());
+        crate::support::progress::note(format!("kernel {flavor} is up to date: {}", out.display()));
         return Ok(built);
     }
 
@@ -133,13 +133,14 @@ pub fn build(flavor: &str) -> Result<Built> {
     }
     publish(&obj, &out, &tc, &src)?;
     prune(&cache, flavor, &key);
-    eprintln!("lab: kernel {flavor} built in {:.0?}: {}", t0.elapsed(), out.display());
+    crate::support::progress::note(format!("kernel {flavor} built in {:.0?}: {}", t0.elapsed(), out.display()));
     Ok(built)
 }
 
-/// The published build of `flavor` for the tree as it is now, found without the tree lock:
-/// only when the tree already carries `series` and reads the same twice (no other process
-/// is changing it), so the key names what a locked build would name.
+/// The published build of `flavor` for this checkout, found without the tree lock. When the
+/// tree carries `series`, for the tree as it is (read twice: no other process is changing
+/// it); when it carries another checkout's series, for the clean state a sync to `series`
+/// recorded before. Either way the key names what a locked sync and build would name.
 pub fn published(
     cache: &Path,
     flavor: &str,
@@ -149,7 +150,14 @@ pub fn published(
     fingerprint: &str,
 ) -> Result<Option<Built>> {
     let src = tree::tree_dir(cache, lock);
-    let Some(state) = tree::settled_state(&src, series)? else { return Ok(None) };
+    let state = match tree::settled_state(&src, series)? {
+        Some(s) => s,
+        None if !tree::carries(&src, series)? => match tree::recorded_state(&src, series)? {
+            Some(s) => s,
+            None => return Ok(None),
+        },
+        None => return Ok(None),
+    };
     let key = cache_key(lock, merged, &state, fingerprint);
     let dir = artifacts_dir(cache, flavor, &key);
     Ok(dir.join("Image").is_file().then(|| Built { flavor: flavor.into(), key, dir }))
@@ -315,16 +323,22 @@ mod tests {
         let (c, m, s) = (cache.clone(), merged.clone(), series.clone());
         std::thread::spawn(move || tx.send(published(&c, "perf", &lock(), &m, &s, "tc").map_err(|e| format!("{e:#}"))));
         let got = rx.recv_timeout(std::time::Duration::from_secs(20)).expect("published() waited for the tree lock");
-        assert_eq!(got.unwrap().map(|b| b.key), Some(key));
+        assert_eq!(got.unwrap().map(|b| b.key), Some(key.clone()));
         // An edit in the tree names another state: no published build for it.
         std::fs::write(src.join("drivers/a.rs"), "edited\n").unwrap();
         assert!(published(&cache, "perf", &lock(), &merged, &series, "tc").unwrap().is_none());
-        // Nor when the tree carries another series.
-        std::fs::write(series.dir.join("0001-x.patch"), "x\n").unwrap();
-        std::fs::write(series.dir.join("series"), "0001-x.patch\n").unwrap();
-        let other = Series::load(&series.dir).unwrap();
+        // Nor for a series the tree never carried.
         std::fs::write(src.join("drivers/a.rs"), "fn a() {}\n").unwrap();
+        let other_dir = d.path().join("other-driver");
+        std::fs::create_dir_all(&other_dir).unwrap();
+        std::fs::write(other_dir.join("0001-x.patch"), "x\n").unwrap();
+        std::fs::write(other_dir.join("series"), "0001-x.patch\n").unwrap();
+        let other = Series::load(&other_dir).unwrap();
         assert!(published(&cache, "perf", &lock(), &merged, &other, "tc").unwrap().is_none());
+        // While the tree carries another checkout's series, ours is still found by the clean
+        // state its last sync recorded.
+        crate::kbuild::tree::tests::stamp_as(&src, &other);
+        assert_eq!(published(&cache, "perf", &lock(), &merged, &series, "tc").unwrap().map(|b| b.key), Some(key));
     }
 
     #[test]

@@ -61,7 +61,7 @@ pub fn ensure_unpacked(cache: &Path, lock: &Lock, deb: &Path) -> Result<PathBuf>
     if unpacked(&dir) {
         return Ok(dir);
     }
-    eprintln!("lab: unpacking {} into {} (about a minute)", deb.display(), dir.display());
+    crate::support::progress::note(format!("unpacking {} into {} (about a minute)", deb.display(), dir.display()));
     let parent = dir.parent().context("tree directory has no parent")?;
     let tmp = tempfile::Builder::new().prefix(".unpack-").tempdir_in(parent)?;
     unpack_into(tmp.path(), lock, deb)?;
@@ -129,6 +129,10 @@ fn stamp(tree: &Path, name: &str) -> Option<String> {
 fn set_stamps(tree: &Path, series_hash: &str) -> Result<()> {
     let head = git_out(tree, &["rev-parse", "HEAD"])?;
     write_atomic(&tree.join(".git/lab-series"), series_hash.as_bytes())?;
+    // Commit ids are deterministic (fixed identity and dates): the series always yields this
+    // HEAD. Kept per series, so that a checkout whose series the tree does not carry right
+    // now still knows the key of its clean build.
+    write_atomic(&tree.join(".git/lab-series-heads").join(series_hash), head.as_bytes())?;
     write_atomic(&tree.join(".git/lab-head"), head.as_bytes())
 }
 
@@ -143,7 +147,7 @@ pub fn lock(cache: &Path, purpose: &str) -> Result<std::fs::File> {
     if f.try_lock().is_err() {
         let who = std::fs::read_to_string(&holder).unwrap_or_default();
         let who = if who.trim().is_empty() { "another lab process".to_string() } else { who.trim().to_string() };
-        eprintln!("lab: {purpose}: waiting for the kernel tree, held by {who}");
+        crate::support::progress::note(format!("{purpose}: waiting for the kernel tree, held by {who}"));
         f.lock().context("locking the kernel tree")?;
     }
     let me = format!("pid {} ({purpose}, since {})\n", std::process::id(), crate::support::stamp::rfc3339_now());
@@ -252,7 +256,10 @@ pub fn export(tree: &Path, dir: &Path) -> Result<Vec<String>> {
     let base = stamp(tree, "lab-base").context("tree has no base stamp")?;
     let dirty = git_out(tree, &["status", "--porcelain", "--untracked-files=no"])?;
     if !dirty.is_empty() {
-        eprintln!("lab: note: uncommitted changes in {} are not exported:\n{dirty}", tree.display());
+        crate::support::progress::note(format!(
+            "note: uncommitted changes in {} are not exported:\n{dirty}",
+            tree.display()
+        ));
     }
     let old = Series::load(dir).map(|s| s.patches).unwrap_or_default();
     let tmp = tempdir_in(dir)?;
@@ -289,18 +296,30 @@ fn tempdir_in(dir: &Path) -> Result<PathBuf> {
     Ok(t)
 }
 
+/// Whether the tree is unpacked and its last sync was to `series`.
+pub fn carries(tree: &Path, series: &Series) -> Result<bool> {
+    Ok(unpacked(tree) && stamp(tree, "lab-series").as_deref() == Some(series.hash()?.as_str()))
+}
+
 /// The tree's state (as [`state_hash`]) if it already carries `series` and nothing changes
 /// it while it is read: the lock-free way to find a published build. None when the tree is
 /// not unpacked, carries another series, or moved between two reads.
 pub fn settled_state(tree: &Path, series: &Series) -> Result<Option<String>> {
-    let want = series.hash()?;
-    let synced = || unpacked(tree) && stamp(tree, "lab-series").as_deref() == Some(want.as_str());
-    if !synced() {
+    if !carries(tree, series)? {
         return Ok(None);
     }
     let first = state_hash(tree)?;
     let second = state_hash(tree)?;
-    Ok((synced() && first == second).then_some(first))
+    Ok((carries(tree, series)? && first == second).then_some(first))
+}
+
+/// The state (as [`state_hash`]) the tree would have right after syncing to `series`, if a
+/// sync to it was ever recorded: the HEAD it gave, with no edits. Read without any lock.
+pub fn recorded_state(tree: &Path, series: &Series) -> Result<Option<String>> {
+    Ok(std::fs::read_to_string(tree.join(".git/lab-series-heads").join(series.hash()?))
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty()))
 }
 
 /// State of the tree for the cache key: HEAD plus any uncommitted edits.
@@ -338,6 +357,11 @@ pub(crate) mod tests {
         let series = Series::load(series_dir).unwrap();
         set_stamps(dir, &series.hash().unwrap()).unwrap();
         series
+    }
+
+    /// Marks the tree as carrying `series` (as a sync by another checkout would).
+    pub(crate) fn stamp_as(tree: &Path, series: &Series) {
+        std::fs::write(tree.join(".git/lab-series"), series.hash().unwrap()).unwrap();
     }
 
     /// A small base repo laid out like a prepared tree.

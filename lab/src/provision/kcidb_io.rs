@@ -21,7 +21,7 @@ pub fn ensure(cache: &Path) -> Result<PathBuf> {
     if ready.is_file() && py.is_file() {
         return Ok(py);
     }
-    eprintln!("lab: installing {KCIDB_IO} into {}", venv.display());
+    crate::support::progress::note(format!("installing {KCIDB_IO} into {}", venv.display()));
     let _ = std::fs::remove_dir_all(&venv);
     let installed = output(Command::new("python3").arg("-m").arg("venv").arg(&venv))
         .and_then(|_| output(Command::new(venv.join("bin/pip")).args(["install", "-q", KCIDB_IO])))

@@ -142,7 +142,7 @@ fn ensure_host_packages(cache: &Path) -> Result<()> {
     if missing.is_empty() {
         return Ok(());
     }
-    eprintln!("lab: installing system packages: {}", missing.join(" "));
+    crate::support::progress::note(format!("installing system packages: {}", missing.join(" ")));
     let codename = apt::host_codename();
     // bookworm ships QEMU 7.2: take qemu (alone) from the host release's own backports.
     let qemu_from_backports = qemu && codename.as_deref() == Some("bookworm");
@@ -197,7 +197,10 @@ fn ensure_rust_src(cache: &Path) -> Result<PathBuf> {
         std::fs::create_dir_all(link.parent().unwrap())?;
         std::os::unix::fs::symlink(lib.parent().unwrap(), &link)
             .with_context(|| format!("linking rust-src into the rustc sysroot at {}", link.display()))?;
-        eprintln!("lab: linked rust-src into {} (same as `rustup component add rust-src`)", link.display());
+        crate::support::progress::note(format!(
+            "linked rust-src into {} (same as `rustup component add rust-src`)",
+            link.display()
+        ));
     }
     Ok(lib)
 }
@@ -207,7 +210,10 @@ fn ensure_bindgen(cache: &Path) -> Result<()> {
     if root.join("bin/bindgen").is_file() {
         return Ok(());
     }
-    eprintln!("lab: installing bindgen-cli {BINDGEN_VERSION} into {} (a few minutes)", root.display());
+    crate::support::progress::note(format!(
+        "installing bindgen-cli {BINDGEN_VERSION} into {} (a few minutes)",
+        root.display()
+    ));
     let st = Command::new("cargo")
         .args(["install", "--locked", "bindgen-cli", "--version", BINDGEN_VERSION, "--root"])
         .arg(&root)
