@@ -3,7 +3,8 @@
 //! JUnit, KCIDB JSON that validates, the seed tables; and the baseline makes it fail with a
 //! named regression. Figures themselves belong to `cargo make nightly`, not to tests.
 
-use lab::cli::nightly::{self, Opts, Verdict};
+use lab::cli::nightly::{self, Opts};
+use lab::measure::gate::{self, Verdict};
 use lab::harness::opts::RunOpts;
 use lab::measure::bench::Profile;
 
@@ -86,6 +87,6 @@ fn quick_nightly_writes_artifacts_and_fails_on_a_regression() {
     assert!(md.contains("not measurable here"));
 
     // The same results against themselves: nothing regresses.
-    let cur = nightly::load_baseline(&dir.join("nightly.json")).unwrap();
-    assert!(nightly::compare(&cur, &cur, 10.0).iter().all(|c| c.verdict == Verdict::Ok));
+    let cur = gate::load_baseline(&dir.join("nightly.json")).unwrap();
+    assert!(gate::compare(&cur, &cur, 10.0).iter().all(|c| c.verdict == Verdict::Ok));
 }

@@ -1,7 +1,7 @@
 //! `lab compare OLD.json NEW.json`: the nightly's regression rule on two files.
 
-use crate::cli::nightly::{compare, load_baseline, Verdict};
 use crate::harness::outcome::Exit;
+use crate::measure::gate::{compare, load_baseline, Verdict};
 use anyhow::Result;
 use std::path::Path;
 
