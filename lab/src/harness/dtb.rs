@@ -2,7 +2,7 @@
 //! and cached; `board` then replaces its /cpus.
 
 use crate::harness::qemu::{version, QEMU};
-use crate::support::fs::sha256_hex;
+use crate::support::fs::{publish_file, sha256_hex};
 use anyhow::{anyhow, bail, Context, Result};
 use board::Board;
 use std::path::{Path, PathBuf};
@@ -18,10 +18,7 @@ pub fn qemu_dtb(cache: &Path, board: &board::Board) -> Result<PathBuf> {
     let key = sha256_hex(format!("{}\n{ver}", board::qemu_dtb_key(board)).as_bytes());
     let path = cache.join("dtb").join(format!("qemu-virt-{}.dtb", &key[..16]));
     if !path.is_file() {
-        std::fs::create_dir_all(path.parent().unwrap())?;
-        let tmp = path.with_extension(format!("tmp{}-{:?}", std::process::id(), std::thread::current().id()));
-        dump_qemu_dtb(Path::new(QEMU), board, &tmp)?;
-        std::fs::rename(&tmp, &path)?;
+        publish_file(&path, |tmp| dump_qemu_dtb(Path::new(QEMU), board, tmp))?;
     }
     Ok(path)
 }

@@ -10,7 +10,7 @@ use crate::kbuild::pin::{ensure_kernel_deb, Lock};
 use crate::kbuild::setup;
 use crate::kbuild::tree::{self, Series};
 use crate::provision::toolchain::Toolchain;
-use crate::support::fs::{sha256_hex, write_atomic};
+use crate::support::fs::{publish_dir, sha256_hex, write_atomic};
 use crate::support::paths;
 use crate::support::process::run_logged;
 use anyhow::{bail, Context, Result};
@@ -225,20 +225,18 @@ fn make_with_progress(tc: &Toolchain, src: &Path, obj: &Path, flavor: &str) -> R
 
 /// Copies the outputs into a temporary directory and renames it into place.
 fn publish(obj: &Path, out: &Path, tc: &Toolchain, src: &Path) -> Result<()> {
-    let tmp = out.with_extension(format!("tmp{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&tmp);
-    std::fs::create_dir_all(&tmp)?;
-    for f in ARTIFACTS {
-        let from = if f == "Image" { obj.join("arch/arm64/boot/Image") } else { obj.join(f) };
-        std::fs::copy(&from, tmp.join(f)).with_context(|| format!("copying {}", from.display()))?;
-    }
-    let release = tc.make(src, obj).arg("-s").arg("kernelrelease").output()?;
-    std::fs::write(tmp.join("kernel.release"), &release.stdout)?;
-    for f in std::fs::read_dir(&tmp)?.flatten() {
-        std::fs::File::open(f.path())?.sync_all()?;
-    }
-    std::fs::rename(&tmp, out).with_context(|| format!("publishing {}", out.display()))?;
-    Ok(())
+    publish_dir(out, |tmp| {
+        for f in ARTIFACTS {
+            let from = if f == "Image" { obj.join("arch/arm64/boot/Image") } else { obj.join(f) };
+            std::fs::copy(&from, tmp.join(f)).with_context(|| format!("copying {}", from.display()))?;
+        }
+        let release = tc.make(src, obj).arg("-s").arg("kernelrelease").output()?;
+        std::fs::write(tmp.join("kernel.release"), &release.stdout)?;
+        for f in std::fs::read_dir(tmp)?.flatten() {
+            std::fs::File::open(f.path())?.sync_all()?;
+        }
+        Ok(())
+    })
 }
 
 /// Keeps the newest few published builds of a flavor.

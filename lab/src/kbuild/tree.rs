@@ -62,12 +62,8 @@ pub fn ensure_unpacked(cache: &Path, lock: &Lock, deb: &Path) -> Result<PathBuf>
         return Ok(dir);
     }
     crate::support::progress::note(format!("unpacking {} into {} (about a minute)", deb.display(), dir.display()));
-    let parent = dir.parent().context("tree directory has no parent")?;
-    let tmp = tempfile::Builder::new().prefix(".unpack-").tempdir_in(parent)?;
-    unpack_into(tmp.path(), lock, deb)?;
-    // A tree without the base stamp is an unfinished one from an older lab: replace it.
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::rename(tmp.keep(), &dir)?;
+    // A tree without the base stamp is an unfinished one from an older lab: it is replaced.
+    crate::support::fs::publish_dir(&dir, |tmp| unpack_into(tmp, lock, deb))?;
     Ok(dir)
 }
 
@@ -262,8 +258,9 @@ pub fn export(tree: &Path, dir: &Path) -> Result<Vec<String>> {
         ));
     }
     let old = Series::load(dir).map(|s| s.patches).unwrap_or_default();
-    let tmp = tempdir_in(dir)?;
-    output(git(tree).args(format_patch_args()).arg("-o").arg(&tmp).arg(format!("{base}..HEAD")))?;
+    let staged = tempfile::Builder::new().prefix(".export.").tempdir_in(dir)?;
+    let tmp = staged.path();
+    output(git(tree).args(format_patch_args()).arg("-o").arg(tmp).arg(format!("{base}..HEAD")))?;
     let mut names: Vec<String> =
         std::fs::read_dir(&tmp)?.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
     names.sort();
@@ -273,7 +270,6 @@ pub fn export(tree: &Path, dir: &Path) -> Result<Vec<String>> {
     for n in &names {
         std::fs::rename(tmp.join(n), dir.join(n))?;
     }
-    std::fs::remove_dir(&tmp)?;
     let mut series = String::from("# Applied in order on the pinned kernel by `cargo make kernel`.\n");
     for n in &names {
         series.push_str(n);
@@ -287,13 +283,6 @@ pub fn export(tree: &Path, dir: &Path) -> Result<Vec<String>> {
 /// Options chosen so format-patch output does not depend on the machine or the commit ids.
 fn format_patch_args() -> [&'static str; 6] {
     ["format-patch", "-q", "--zero-commit", "--full-index", "--no-signature", "--no-binary"]
-}
-
-fn tempdir_in(dir: &Path) -> Result<PathBuf> {
-    let t = dir.join(format!(".export.{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&t);
-    std::fs::create_dir_all(&t)?;
-    Ok(t)
 }
 
 /// Whether the tree is unpacked and its last sync was to `series`.

@@ -176,17 +176,13 @@ fn ensure_rust_src(cache: &Path) -> Result<PathBuf> {
                 );
             };
             let deb = apt.download(&format!("rust-src={}", v.version), &cache.join("downloads"))?;
-            let dir = rust_src_dir(cache, &rustc);
-            let tmp = dir.with_extension("tmp");
-            let _ = std::fs::remove_dir_all(&tmp);
-            std::fs::create_dir_all(&tmp)?;
-            let st = Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&tmp).status()?;
-            if !st.success() {
-                bail!("dpkg-deb -x {} failed", deb.display());
-            }
-            std::fs::write(tmp.join(".complete"), &v.version)?;
-            let _ = std::fs::remove_dir_all(&dir);
-            std::fs::rename(&tmp, &dir)?;
+            crate::support::fs::publish_dir(&rust_src_dir(cache, &rustc), |tmp| {
+                let st = Command::new("dpkg-deb").arg("-x").arg(&deb).arg(tmp).status()?;
+                if !st.success() {
+                    bail!("dpkg-deb -x {} failed", deb.display());
+                }
+                Ok(std::fs::write(tmp.join(".complete"), &v.version)?)
+            })?;
             rust_src_library(cache, &rustc).context("rust-src unpacked without usr/src/rustc-*/library")?
         }
     };
