@@ -175,7 +175,13 @@ fn seed_from_sibling(build_root: &Path, obj: &Path, merged: &Fragment) -> Result
 fn closest_sibling(build_root: &Path, want: &str) -> Option<(usize, PathBuf)> {
     let lines = |t: &str| t.lines().map(str::to_string).collect::<std::collections::BTreeSet<_>>();
     let want = lines(want);
-    let mut dirs: Vec<PathBuf> = std::fs::read_dir(build_root).ok()?.flatten().map(|e| e.path()).collect();
+    // Hidden names are copies in progress (support::fs::publish_dir).
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(build_root)
+        .ok()?
+        .flatten()
+        .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+        .map(|e| e.path())
+        .collect();
     dirs.sort();
     let mut best: Option<(usize, PathBuf)> = None;
     for dir in dirs {
