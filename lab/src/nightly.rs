@@ -221,8 +221,14 @@ fn fuzz_plan(ops: u64) -> Plan {
         ("BINDER_FUZZ_SECONDS".to_string(), (ops / 200 + 600).to_string()),
     ]
     .into();
-    let step = Step { name: "fuzz".into(), argv: vec!["/bin/binder-fuzz".into()], timeout_s: ops / 150 + 900, env };
-    Plan { name: "fuzz-nightly".into(), steps: vec![step], shell: false }
+    let step = Step {
+        name: "fuzz".into(),
+        argv: vec!["/bin/binder-fuzz".into()],
+        timeout_s: ops / 150 + 900,
+        env,
+        ..Default::default()
+    };
+    Plan { name: "fuzz-nightly".into(), steps: vec![step], ..Default::default() }
 }
 
 /// The nightly's result.

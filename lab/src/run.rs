@@ -403,7 +403,8 @@ pub fn run_plan(plan: &Plan, opts: &RunOpts) -> Result<Outcome> {
                     deadline = now + STEP_GRACE;
                 }
                 Event::StepStart { step } => {
-                    let t = prepared.plan.steps.iter().find(|s| &s.name == step).map(|s| s.timeout_s).unwrap_or(60);
+                    let base = labproto::plan_step(step);
+                    let t = prepared.plan.steps.iter().find(|s| s.name == base).map(|s| s.timeout_s).unwrap_or(60);
                     phase = Phase::Step(step.clone());
                     deadline = now + Duration::from_secs(t) + STEP_GRACE;
                 }
