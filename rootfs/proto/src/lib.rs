@@ -11,6 +11,9 @@
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
+mod cases;
+pub use cases::{conformance_case, CaseInfo, CONFORMANCE_CASES};
+
 /// Where the plan lives inside the initramfs.
 pub const PLAN_PATH: &str = "/etc/lab/plan.json";
 /// Name of the virtio-serial port that carries results (`/sys/class/virtio-ports/*/name`).
