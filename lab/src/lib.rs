@@ -1,8 +1,11 @@
 //! binder-lab host library: setup, kernel builds, the QEMU harness. The `lab` binary is its
 //! CLI, and the end-to-end tests in tests/ drive it directly.
 
+pub mod adhoc;
 pub mod apt;
 pub mod bench;
+pub mod board_override;
+pub mod collect;
 pub mod console;
 pub mod driver_check;
 pub mod html;
