@@ -63,41 +63,44 @@ pub fn stream_line(plan: &Plan, line: &str) {
     }
 }
 
+/// What a plan run exits with: 0, or the code of what the harness found (a panic or splat
+/// before a timeout before any other failure).
+pub fn plan_exit_code(o: &Outcome) -> i32 {
+    harness_code(o).unwrap_or(if o.ok() { 0 } else { code::TEST_FAILED })
+}
+
 /// What `lab run -- CMD` exits with: the harness's code for a panic, splat, timeout or
 /// failed run; else the command's own status (128 + signal when a signal ended it).
 pub fn exit_code(o: &Outcome) -> i32 {
-    let ends: Vec<(Option<i32>, Option<i32>, bool)> = o
-        .events
-        .iter()
-        .filter_map(|e| match e {
-            Event::StepEnd { exit_code, signal, timed_out, .. } => Some((*exit_code, *signal, *timed_out)),
-            _ => None,
-        })
-        .collect();
-    match &o.verdict {
-        Verdict::Panic { .. } => return code::KERNEL,
-        Verdict::Timeout { .. } => return code::TIMEOUT,
-        Verdict::Interrupted => return code::INTERRUPTED,
-        Verdict::InitError { .. } | Verdict::QemuExited { .. } => return code::HARNESS_ERROR,
-        Verdict::Completed => {}
-    }
-    if !o.splats.is_empty() {
-        return code::KERNEL;
-    }
-    if ends.iter().any(|e| e.2) {
-        return code::TIMEOUT;
+    if let Some(c) = harness_code(o) {
+        return c;
     }
     let spawn_failed = o.results().any(|(_, case, st, _)| case == "spawn" && st == Status::Fail);
-    let command = ends.iter().find_map(|&(c, sig, _)| match (c, sig) {
-        (Some(0), _) => None,
-        (Some(c), _) => Some(c),
-        (None, Some(s)) => Some(128 + s),
-        (None, None) => Some(if spawn_failed { code::NOT_STARTED } else { code::HARNESS_ERROR }),
+    let command = o.events.iter().find_map(|e| match e {
+        Event::StepEnd { exit_code: Some(0), .. } => None,
+        Event::StepEnd { exit_code: Some(c), .. } => Some(*c),
+        Event::StepEnd { signal: Some(s), .. } => Some(128 + s),
+        Event::StepEnd { .. } => Some(if spawn_failed { code::NOT_STARTED } else { code::HARNESS_ERROR }),
+        _ => None,
     });
     match command {
         Some(c) => c,
         None if o.ok() => 0,
         None => code::TEST_FAILED,
+    }
+}
+
+/// The code of a panic, splat, timeout or abnormal end, if the run had one.
+fn harness_code(o: &Outcome) -> Option<i32> {
+    match &o.verdict {
+        Verdict::Panic { .. } => Some(code::KERNEL),
+        Verdict::Timeout { .. } => Some(code::TIMEOUT),
+        Verdict::Interrupted => Some(code::INTERRUPTED),
+        Verdict::InitError { .. } | Verdict::QemuExited { .. } => Some(code::HARNESS_ERROR),
+        Verdict::Completed if !o.splats.is_empty() => Some(code::KERNEL),
+        Verdict::Completed => {
+            o.events.iter().any(|e| matches!(e, Event::StepEnd { timed_out: true, .. })).then_some(code::TIMEOUT)
+        }
     }
 }
 
@@ -147,6 +150,9 @@ mod tests {
         assert_eq!(exit_code(&o), code::TEST_FAILED);
         let t = Verdict::Timeout { phase: "boot".into(), tail: String::new() };
         assert_eq!(exit_code(&outcome(t, &[])), code::TIMEOUT);
+        // A plan's failing step is a test failure, whatever its own code.
+        assert_eq!(plan_exit_code(&outcome(Verdict::Completed, &[(Some(4), None, false)])), code::TEST_FAILED);
+        assert_eq!(plan_exit_code(&outcome(Verdict::Completed, &[(Some(0), None, false)])), 0);
     }
 
     #[test]

@@ -29,8 +29,20 @@ enum Cmd {
     DriverExport,
     /// Discard the tree's work and re-apply rust-driver/ from scratch.
     DriverReset,
-    /// Boot a board, run a plan, print the summary; non-zero exit on any failure.
-    Run(RunArgs),
+    /// Boot a board, run a plan (or one command: `lab run [OPTIONS] -- CMD ARGS...`), print
+    /// the summary. Exit code: 0, or the first failure's (README "Exit codes"); with a
+    /// command, the command's own exit code.
+    Run {
+        #[command(flatten)]
+        run: RunArgs,
+        /// Seconds the command may run (with `-- CMD`).
+        #[arg(long, default_value_t = 600)]
+        timeout: u64,
+        /// A guest command instead of a plan: an absolute path, or a name in /bin (busybox
+        /// applets, the lab's programs, an --overlay's bin/). Its output streams to stdout.
+        #[arg(last = true, value_name = "CMD")]
+        command: Vec<String>,
+    },
     /// Boot a board with an interactive shell on the console.
     Shell(RunArgs),
     /// Run the binder conformance suite (plan `conformance`) and print a per-case table;
@@ -135,12 +147,13 @@ struct RunArgs {
 impl RunArgs {
     /// For benchmarks: icount unless --tcg says otherwise, so that repeated runs agree and
     /// the confidence intervals measure the workload, not the host.
-    fn measure_opts(&self, default_plan: &str) -> run::RunOpts {
-        run::RunOpts { tcg: self.tcg.unwrap_or(qemu::Tcg::Icount), ..self.opts(default_plan) }
+    fn measure_opts(&self, default_plan: &str) -> Result<run::RunOpts> {
+        let tcg = self.tcg.unwrap_or(qemu::Tcg::Icount);
+        Ok(run::RunOpts { tcg, ..self.opts(default_plan)? })
     }
 
-    fn opts(&self, default_plan: &str) -> run::RunOpts {
-        run::RunOpts {
+    fn opts(&self, default_plan: &str) -> Result<run::RunOpts> {
+        Ok(run::RunOpts {
             board: self.board.clone(),
             plan: self.plan.clone().unwrap_or_else(|| default_plan.into()),
             flavor: self.flavor.clone(),
@@ -151,7 +164,40 @@ impl RunArgs {
             pin: self.pin,
             append: self.append.clone(),
             ..Default::default()
+        })
+    }
+
+    /// The `cargo make TASK ...` line that runs this again: every option that differs from
+    /// its default (environment variables included), then `extra`.
+    fn reproducer(&self, task: &str, extra: &[String]) -> String {
+        let mut a: Vec<String> = vec!["cargo".into(), "make".into(), task.into()];
+        let mut opt = |k: &str, v: String| a.extend([format!("--{k}"), v]);
+        if self.board != "sa8155p" {
+            opt("board", self.board.clone());
         }
+        if let Some(p) = &self.plan {
+            opt("plan", p.clone());
+        }
+        if self.flavor != "perf" {
+            opt("flavor", self.flavor.clone());
+        }
+        if let Some(t) = self.tcg {
+            opt("tcg", format!("{t:?}").to_lowercase());
+        }
+        if let Some(o) = &self.overlay {
+            opt("overlay", o.display().to_string());
+        }
+        if self.boot_timeout != 60 {
+            opt("boot-timeout", self.boot_timeout.to_string());
+        }
+        for x in &self.append {
+            opt("append", x.clone());
+        }
+        if self.pin {
+            a.push("--pin".into());
+        }
+        a.extend(extra.iter().cloned());
+        qemu::shell_line(&a)
     }
 }
 
@@ -159,7 +205,7 @@ fn main() {
     let cli = Cli::parse();
     if let Err(e) = run(cli.cmd) {
         eprintln!("error: {e:#}");
-        std::process::exit(1);
+        std::process::exit(lab::adhoc::code::HARNESS_ERROR);
     }
 }
 
@@ -185,21 +231,23 @@ fn run(cmd: Cmd) -> Result<()> {
             }
             Ok(())
         }
-        Cmd::Run(args) => {
-            let o = run::run(&args.opts("default"))?;
+        Cmd::Run { run, timeout, command } if !command.is_empty() => run_command(&run, timeout, &command),
+        Cmd::Run { run, .. } => {
+            let o = run::run(&run.opts("default")?)?;
             print!("{}", run::summary(&o));
             if !o.ok() {
-                std::process::exit(1);
+                println!("reproduce: {}", run.reproducer("run-qemu", &[]));
+                std::process::exit(lab::adhoc::plan_exit_code(&o));
             }
             Ok(())
         }
-        Cmd::Shell(args) => run::shell(&args.opts("shell")),
+        Cmd::Shell(args) => run::shell(&args.opts("shell")?),
         Cmd::Conformance(args) => suite(&args, "conformance"),
         Cmd::Fuzz(args) => suite(&args, "fuzz"),
         Cmd::Test => lab::testall::run(),
         Cmd::DriverCheck => lab::driver_check::run(),
         Cmd::Bench { profile, reps, run } => {
-            if !lab::bench::run(profile, reps, &run.measure_opts("bench"))? {
+            if !lab::bench::run(profile, reps, &run.measure_opts("bench")?)? {
                 std::process::exit(1);
             }
             Ok(())
@@ -210,7 +258,7 @@ fn run(cmd: Cmd) -> Result<()> {
         }
         Cmd::Reproduce { profile, out, run, from: None } => {
             let out = out.unwrap_or_else(|| paths::repo().join("target/lab/reproduce").join(lab::util::utc_stamp()));
-            let r = lab::reproduce::run(profile, &run.measure_opts("bench"), &out)?;
+            let r = lab::reproduce::run(profile, &run.measure_opts("bench")?, &out)?;
             println!("{}", r.text);
             for o in r.outcomes() {
                 for p in o.problems() {
@@ -232,7 +280,7 @@ fn run(cmd: Cmd) -> Result<()> {
                 baseline,
                 threshold_pct: threshold,
                 fuzz_ops: fuzz_ops.unwrap_or(if quick { 20_000 } else { 1_000_000 }),
-                base: run.opts("default"),
+                base: run.opts("default")?,
                 measure_tcg: run.tcg.unwrap_or(qemu::Tcg::Icount),
             };
             let n = lab::nightly::run(&opts)?;
@@ -275,9 +323,31 @@ fn run(cmd: Cmd) -> Result<()> {
     }
 }
 
+/// `lab run -- CMD`: the command's output on stdout, the lab's on stderr, its exit code ours.
+fn run_command(args: &RunArgs, timeout_s: u64, command: &[String]) -> Result<()> {
+    if args.plan.is_some() {
+        anyhow::bail!("give either --plan or a command after `--`, not both");
+    }
+    let plan = lab::adhoc::command_plan(command, timeout_s);
+    let opts = run::RunOpts { stream: true, ..args.opts("default")? };
+    let o = run::run_plan(&plan, &opts)?;
+    let code = lab::adhoc::exit_code(&o);
+    eprint!("{}", run::summary(&o));
+    if code != 0 {
+        let mut extra = vec![];
+        if timeout_s != 600 {
+            extra.extend(["--timeout".to_string(), timeout_s.to_string()]);
+        }
+        extra.push("--".into());
+        extra.extend(command.iter().cloned());
+        eprintln!("lab: exit code {code}; reproduce: {}", args.reproducer("run-qemu", &extra));
+    }
+    std::process::exit(code);
+}
+
 /// Runs a plan and prints the per-case table (with the run's summary below it).
 fn suite(args: &RunArgs, default_plan: &str) -> Result<()> {
-    let opts = args.opts(default_plan);
+    let opts = args.opts(default_plan)?;
     let o = run::run(&opts)?;
     print!("{}", report::case_table(&o));
     println!(
