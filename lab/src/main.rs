@@ -142,12 +142,26 @@ struct RunArgs {
     /// Extra kernel command-line arguments.
     #[arg(long)]
     append: Vec<String>,
+    /// Run the plan's steps N times in one boot; results are reported as STEP@1..STEP@N.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    repeat: Option<u32>,
+    /// Stop repeating after the first run with a failure (up to --repeat runs, default 100).
+    #[arg(long)]
+    until_fail: bool,
 }
+
+/// Runs of `--until-fail` without `--repeat`.
+const UNTIL_FAIL_RUNS: u32 = 100;
 
 impl RunArgs {
     /// For benchmarks: icount unless --tcg says otherwise, so that repeated runs agree and
     /// the confidence intervals measure the workload, not the host.
     fn measure_opts(&self, default_plan: &str) -> Result<run::RunOpts> {
+        if self.repeat.is_some() || self.until_fail {
+            anyhow::bail!(
+                "--repeat and --until-fail are for run, conformance and fuzz; bench and reproduce take --reps"
+            );
+        }
         let tcg = self.tcg.unwrap_or(qemu::Tcg::Icount);
         Ok(run::RunOpts { tcg, ..self.opts(default_plan)? })
     }
@@ -163,6 +177,8 @@ impl RunArgs {
             echo: self.verbose,
             pin: self.pin,
             append: self.append.clone(),
+            repeat: self.repeat.unwrap_or(if self.until_fail { UNTIL_FAIL_RUNS } else { 1 }),
+            until_fail: self.until_fail,
             ..Default::default()
         })
     }
@@ -171,30 +187,39 @@ impl RunArgs {
     /// its default (environment variables included), then `extra`.
     fn reproducer(&self, task: &str, extra: &[String]) -> String {
         let mut a: Vec<String> = vec!["cargo".into(), "make".into(), task.into()];
-        let mut opt = |k: &str, v: String| a.extend([format!("--{k}"), v]);
+        let mut opt = |k: &str, v: Option<String>| {
+            a.push(format!("--{k}"));
+            a.extend(v);
+        };
         if self.board != "sa8155p" {
-            opt("board", self.board.clone());
+            opt("board", Some(self.board.clone()));
         }
         if let Some(p) = &self.plan {
-            opt("plan", p.clone());
+            opt("plan", Some(p.clone()));
         }
         if self.flavor != "perf" {
-            opt("flavor", self.flavor.clone());
+            opt("flavor", Some(self.flavor.clone()));
         }
         if let Some(t) = self.tcg {
-            opt("tcg", format!("{t:?}").to_lowercase());
+            opt("tcg", Some(format!("{t:?}").to_lowercase()));
         }
         if let Some(o) = &self.overlay {
-            opt("overlay", o.display().to_string());
+            opt("overlay", Some(o.display().to_string()));
         }
         if self.boot_timeout != 60 {
-            opt("boot-timeout", self.boot_timeout.to_string());
+            opt("boot-timeout", Some(self.boot_timeout.to_string()));
         }
         for x in &self.append {
-            opt("append", x.clone());
+            opt("append", Some(x.clone()));
         }
         if self.pin {
-            a.push("--pin".into());
+            opt("pin", None);
+        }
+        if let Some(n) = self.repeat {
+            opt("repeat", Some(n.to_string()));
+        }
+        if self.until_fail {
+            opt("until-fail", None);
         }
         a.extend(extra.iter().cloned());
         qemu::shell_line(&a)
