@@ -148,6 +148,10 @@ struct RunArgs {
     /// Stop repeating after the first run with a failure (up to --repeat runs, default 100).
     #[arg(long)]
     until_fail: bool,
+    /// Guest file or directory every step sends back when it ends, into the run directory's
+    /// collect/<step>/<path> (repeatable). A path missing after a step fails the run.
+    #[arg(long, value_name = "GUEST_PATH")]
+    collect: Vec<String>,
 }
 
 /// Runs of `--until-fail` without `--repeat`.
@@ -179,8 +183,19 @@ impl RunArgs {
             append: self.append.clone(),
             repeat: self.repeat.unwrap_or(if self.until_fail { UNTIL_FAIL_RUNS } else { 1 }),
             until_fail: self.until_fail,
+            collect: self.collect_paths()?,
             ..Default::default()
         })
+    }
+
+    fn collect_paths(&self) -> Result<Vec<String>> {
+        for p in &self.collect {
+            let path = std::path::Path::new(p);
+            if !path.is_absolute() || path.components().any(|c| c == std::path::Component::ParentDir) {
+                anyhow::bail!("--collect {p:?}: give an absolute guest path without `..`, e.g. /tmp/out.txt");
+            }
+        }
+        Ok(self.collect.clone())
     }
 
     /// The `cargo make TASK ...` line that runs this again: every option that differs from
@@ -220,6 +235,9 @@ impl RunArgs {
         }
         if self.until_fail {
             opt("until-fail", None);
+        }
+        for p in &self.collect {
+            opt("collect", Some(p.clone()));
         }
         a.extend(extra.iter().cloned());
         qemu::shell_line(&a)
