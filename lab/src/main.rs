@@ -152,6 +152,16 @@ struct RunArgs {
     /// collect/<step>/<path> (repeatable). A path missing after a step fails the run.
     #[arg(long, value_name = "GUEST_PATH")]
     collect: Vec<String>,
+    /// Use only CPUs 0..N-1 of the board (clusters keep their remaining CPUs).
+    #[arg(long, value_name = "N")]
+    smp: Option<u32>,
+    /// Guest memory instead of the board's, in QEMU's -m syntax (e.g. 4G).
+    #[arg(long, value_name = "SIZE")]
+    memory: Option<String>,
+    /// KUnit suites/cases to run, as kunit.filter_glob=GLOB on the kernel command line
+    /// (debug flavor, `--plan kunit`), e.g. 'ctabs*' or 'ctabs.pick_*'.
+    #[arg(long, value_name = "GLOB")]
+    filter: Option<String>,
 }
 
 /// Runs of `--until-fail` without `--repeat`.
@@ -180,10 +190,17 @@ impl RunArgs {
             boot_timeout: std::time::Duration::from_secs(self.boot_timeout),
             echo: self.verbose,
             pin: self.pin,
-            append: self.append.clone(),
+            append: self
+                .append
+                .iter()
+                .cloned()
+                .chain(self.filter.iter().map(|g| format!("kunit.filter_glob={g}")))
+                .collect(),
             repeat: self.repeat.unwrap_or(if self.until_fail { UNTIL_FAIL_RUNS } else { 1 }),
             until_fail: self.until_fail,
             collect: self.collect_paths()?,
+            smp: self.smp,
+            memory: self.memory.clone(),
             ..Default::default()
         })
     }
@@ -238,6 +255,15 @@ impl RunArgs {
         }
         for p in &self.collect {
             opt("collect", Some(p.clone()));
+        }
+        if let Some(n) = self.smp {
+            opt("smp", Some(n.to_string()));
+        }
+        if let Some(m) = &self.memory {
+            opt("memory", Some(m.clone()));
+        }
+        if let Some(g) = &self.filter {
+            opt("filter", Some(g.clone()));
         }
         a.extend(extra.iter().cloned());
         qemu::shell_line(&a)
