@@ -49,6 +49,38 @@ pub fn apply_opts(plan: &Plan, opts: &RunOpts) -> Plan {
     p
 }
 
+/// `plan` with `--case`/`--skip` passed to its `binder-conformance` steps, after checking
+/// the names against the catalogue.
+pub fn select_cases(plan: &Plan, cases: &[String], skip: &[String]) -> anyhow::Result<Plan> {
+    for name in cases.iter().chain(skip) {
+        labproto::conformance_case(name).map_err(anyhow::Error::msg)?;
+    }
+    let mut p = plan.clone();
+    let mut found = false;
+    for s in &mut p.steps {
+        if s.argv.first().is_some_and(|a| a.rsplit('/').next() == Some("binder-conformance")) {
+            found = true;
+            s.argv.extend(cases.iter().flat_map(|c| ["--case".to_string(), c.clone()]));
+            s.argv.extend(skip.iter().flat_map(|c| ["--skip".to_string(), c.clone()]));
+        }
+    }
+    if !found && !(cases.is_empty() && skip.is_empty()) {
+        anyhow::bail!("plan {:?} has no binder-conformance step for --case/--skip to select in", plan.name);
+    }
+    Ok(p)
+}
+
+/// The conformance cases that failed in a run, each once (for a reproducer per case).
+pub fn failed_cases(o: &Outcome) -> Vec<String> {
+    let mut out: Vec<String> = vec![];
+    for (_, case, st, _) in o.results() {
+        if st == Status::Fail && labproto::conformance_case(case).is_ok() && !out.iter().any(|c| c == case) {
+            out.push(case.to_string());
+        }
+    }
+    out
+}
+
 /// A step's output line on the console (`[name] text`, `[name@3] text`), as the text.
 pub fn step_output<'a>(plan: &Plan, line: &'a str) -> Option<&'a str> {
     let rest = line.strip_prefix('[')?;
@@ -153,6 +185,25 @@ mod tests {
         // A plan's failing step is a test failure, whatever its own code.
         assert_eq!(plan_exit_code(&outcome(Verdict::Completed, &[(Some(4), None, false)])), code::TEST_FAILED);
         assert_eq!(plan_exit_code(&outcome(Verdict::Completed, &[(Some(0), None, false)])), 0);
+    }
+
+    #[test]
+    fn case_selection() {
+        let plan = Plan {
+            name: "conformance".into(),
+            steps: vec![Step { name: "c".into(), argv: vec!["/bin/binder-conformance".into()], ..Default::default() }],
+            ..Default::default()
+        };
+        let p = select_cases(&plan, &["tc_deferral".into()], &["leaks".into()]).unwrap();
+        assert_eq!(p.steps[0].argv, ["/bin/binder-conformance", "--case", "tc_deferral", "--skip", "leaks"]);
+        let e = select_cases(&plan, &["tc_defferal".into()], &[]).unwrap_err().to_string();
+        assert!(e.contains("no conformance case \"tc_defferal\"") && e.contains("tc_deferral"), "{e}");
+        let other = command_plan(&["/bin/true".into()], 5);
+        assert!(select_cases(&other, &["leaks".into()], &[])
+            .unwrap_err()
+            .to_string()
+            .contains("no binder-conformance"));
+        assert_eq!(select_cases(&other, &[], &[]).unwrap(), other);
     }
 
     #[test]

@@ -47,7 +47,12 @@ enum Cmd {
     Shell(RunArgs),
     /// Run the binder conformance suite (plan `conformance`) and print a per-case table;
     /// JUnit XML and TAP go into the run directory. Non-zero exit on any failure.
-    Conformance(RunArgs),
+    Conformance {
+        #[command(flatten)]
+        cases: CaseArgs,
+        #[command(flatten)]
+        run: RunArgs,
+    },
     /// Run the binder fuzzer (plan `fuzz`: 20k operations; `--plan fuzz-long` for
     /// millions, `--append binder_fuzz.seed=N` to replay a seed) and print the table.
     Fuzz(RunArgs),
@@ -109,6 +114,29 @@ enum Cmd {
         #[arg(long, default_value_t = 10.0)]
         threshold: f64,
     },
+}
+
+/// Which conformance cases run.
+#[derive(clap::Args, Default)]
+struct CaseArgs {
+    /// Print the suite's cases and exit (no boot).
+    #[arg(long)]
+    list: bool,
+    /// Run only this case (repeatable; opt-in cases run only when named).
+    #[arg(long = "case", value_name = "NAME")]
+    cases: Vec<String>,
+    /// Leave this case out (repeatable).
+    #[arg(long = "skip", value_name = "NAME")]
+    skip: Vec<String>,
+}
+
+/// The conformance cases, one line each.
+fn case_list() -> String {
+    let w = labproto::CONFORMANCE_CASES.iter().map(|c| c.name.len()).max().unwrap_or(0);
+    labproto::CONFORMANCE_CASES
+        .iter()
+        .map(|c| format!("{:<w$}  {}{}\n", c.name, if c.opt_in { "(opt-in) " } else { "" }, c.summary))
+        .collect()
 }
 
 #[derive(clap::Args)]
@@ -311,8 +339,12 @@ fn run(cmd: Cmd) -> Result<()> {
             Ok(())
         }
         Cmd::Shell(args) => run::shell(&args.opts("shell")?),
-        Cmd::Conformance(args) => suite(&args, "conformance"),
-        Cmd::Fuzz(args) => suite(&args, "fuzz"),
+        Cmd::Conformance { cases, .. } if cases.list => {
+            print!("{}", case_list());
+            Ok(())
+        }
+        Cmd::Conformance { cases, run } => suite(&run, "conformance", &cases),
+        Cmd::Fuzz(args) => suite(&args, "fuzz", &CaseArgs::default()),
         Cmd::Test => lab::testall::run(),
         Cmd::DriverCheck => lab::driver_check::run(),
         Cmd::Bench { profile, reps, run } => {
@@ -415,9 +447,10 @@ fn run_command(args: &RunArgs, timeout_s: u64, command: &[String]) -> Result<()>
 }
 
 /// Runs a plan and prints the per-case table (with the run's summary below it).
-fn suite(args: &RunArgs, default_plan: &str) -> Result<()> {
+fn suite(args: &RunArgs, default_plan: &str, sel: &CaseArgs) -> Result<()> {
     let opts = args.opts(default_plan)?;
-    let o = run::run(&opts)?;
+    let plan = lab::adhoc::select_cases(&run::load_plan(&opts.plan)?, &sel.cases, &sel.skip)?;
+    let o = run::run_plan(&plan, &opts)?;
     print!("{}", report::case_table(&o));
     println!(
         "kernel: {} flavor; reports: {} and {}",
@@ -432,9 +465,24 @@ fn suite(args: &RunArgs, default_plan: &str) -> Result<()> {
         }
     }
     if !o.ok() {
-        std::process::exit(1);
+        let task = if default_plan == "fuzz" { "fuzz" } else { "conformance" };
+        let failed = lab::adhoc::failed_cases(&o);
+        for case in &failed {
+            println!("reproduce {case}: {}", args.reproducer(task, &["--case".into(), case.clone()]));
+        }
+        if failed.is_empty() {
+            println!("reproduce: {}", args.reproducer(task, &sel.cli_args()));
+        }
+        std::process::exit(lab::adhoc::plan_exit_code(&o));
     }
     Ok(())
+}
+
+impl CaseArgs {
+    fn cli_args(&self) -> Vec<String> {
+        let c = self.cases.iter().flat_map(|n| ["--case".to_string(), n.clone()]);
+        c.chain(self.skip.iter().flat_map(|n| ["--skip".to_string(), n.clone()])).collect()
+    }
 }
 
 /// The unpacked kernel tree (unpacking it on first use), locked against other lab processes
