@@ -5,6 +5,7 @@ pub mod adhoc;
 pub mod apt;
 pub mod bench;
 pub mod board_override;
+pub mod catalog;
 pub mod collect;
 pub mod console;
 pub mod driver_check;

@@ -5,7 +5,7 @@ use clap::{Parser, Subcommand};
 use lab::{kernel, lock, paths, qemu, report, run, setup, tree};
 
 #[derive(Parser)]
-#[command(name = "lab", about = "Build, boot and measure the Rust binder driver on an emulated SA8155P")]
+#[command(name = "lab", version, about = "Build, boot and measure the Rust binder driver on an emulated SA8155P")]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -18,7 +18,7 @@ enum Cmd {
     /// Build (or reuse) the kernel of a flavor.
     Kernel {
         /// perf (benchmarks), debug (lockdep, KASAN, KUnit), ...: kernel-config/<flavor>.config.
-        #[arg(long, env = "LAB_FLAVOR", default_value = "perf")]
+        #[arg(long, env = "LAB_FLAVOR", default_value = "perf", value_parser = lab::catalog::Choice::flavors())]
         flavor: String,
     },
     /// Re-pin kernel-config/kernel.lock to the newest linux-source-7.2 served.
@@ -107,6 +107,16 @@ enum Cmd {
         #[command(flatten)]
         run: RunArgs,
     },
+    /// List boards, plans, kernel flavors or conformance cases.
+    List {
+        #[arg(value_enum)]
+        what: lab::catalog::Kind,
+    },
+    /// Print a shell completion script, e.g. `lab completions bash > ~/.local/share/bash-completion/completions/lab`.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
     /// Compare two nightly.json files (baseline, current) with the nightly's regression rule.
     Compare {
         baseline: std::path::PathBuf,
@@ -141,15 +151,15 @@ fn case_list() -> String {
 
 #[derive(clap::Args)]
 struct RunArgs {
-    /// Board name in board/ (sa8155p, sm8150-upstream, symmetric) or a path.
-    #[arg(long, env = "LAB_BOARD", default_value = "sa8155p")]
+    /// Board name in board/ or a path to a board file.
+    #[arg(long, env = "LAB_BOARD", default_value = "sa8155p", value_parser = lab::catalog::Choice::boards())]
     board: String,
     /// Plan name in rootfs/plans/ or a path to a plan file [default: default; shell for
     /// `shell`, conformance for `conformance`, fuzz for `fuzz`].
-    #[arg(long, env = "LAB_PLAN")]
+    #[arg(long, env = "LAB_PLAN", value_parser = lab::catalog::Choice::plans())]
     plan: Option<String>,
     /// Kernel flavor (kernel-config/<flavor>.config).
-    #[arg(long, env = "LAB_FLAVOR", default_value = "perf")]
+    #[arg(long, env = "LAB_FLAVOR", default_value = "perf", value_parser = lab::catalog::Choice::flavors())]
     flavor: String,
     /// TCG mode [default: single; icount (deterministic) for bench, reproduce and the
     /// nightly's measurements].
@@ -298,8 +308,33 @@ impl RunArgs {
     }
 }
 
+/// `lab --version`: the lab's version, its source commit, the pinned kernel and the QEMU
+/// it runs (asked only when --version is given: it starts QEMU once).
+fn long_version() -> String {
+    let commit = std::process::Command::new("git")
+        .args(["-C", &paths::repo().display().to_string(), "describe", "--always", "--dirty"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_else(|| "unknown".into());
+    let kernel = lock::Lock::load(&lock::Lock::path())
+        .map(|l| format!("{} {}", l.kernel.package, l.kernel.version))
+        .unwrap_or_else(|e| format!("no kernel.lock ({e})"));
+    let qemu = qemu::version().unwrap_or_else(|e| format!("{e:#}"));
+    format!(
+        "{}\nsource: {commit}\nkernel: {kernel} (kernel-config/kernel.lock)\nqemu: {qemu}",
+        env!("CARGO_PKG_VERSION")
+    )
+}
+
 fn main() {
-    let cli = Cli::parse();
+    use clap::{CommandFactory, FromArgMatches};
+    let mut cmd = Cli::command();
+    if std::env::args().any(|a| a == "--version") {
+        cmd = cmd.long_version(long_version());
+    }
+    let cli = Cli::from_arg_matches(&cmd.get_matches()).unwrap_or_else(|e| e.exit());
     if let Err(e) = run(cli.cmd) {
         eprintln!("error: {e:#}");
         std::process::exit(lab::adhoc::code::HARNESS_ERROR);
@@ -392,6 +427,15 @@ fn run(cmd: Cmd) -> Result<()> {
             if !n.failures().is_empty() {
                 std::process::exit(1);
             }
+            Ok(())
+        }
+        Cmd::List { what } => {
+            print!("{}", lab::catalog::render(what));
+            Ok(())
+        }
+        Cmd::Completions { shell } => {
+            use clap::CommandFactory;
+            clap_complete::generate(shell, &mut Cli::command(), "lab", &mut std::io::stdout());
             Ok(())
         }
         Cmd::Compare { baseline, current, threshold } => {
@@ -492,4 +536,69 @@ fn prepared_tree(cache: &std::path::Path) -> Result<(std::path::PathBuf, std::fs
     let deb = setup::ensure_kernel_deb(cache, &lock)?;
     let t = tree::ensure_unpacked(cache, &lock, &deb)?;
     Ok((t, tree::lock(cache)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    fn parse(args: &[&str]) -> Cmd {
+        Cli::try_parse_from(std::iter::once("lab").chain(args.iter().copied())).unwrap().cmd
+    }
+
+    #[test]
+    fn cli_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn run_takes_a_command_and_reproduces_it() {
+        let Cmd::Run { run, command, timeout } = parse(&[
+            "run",
+            "--flavor",
+            "debug",
+            "--append",
+            "a=b c",
+            "--collect",
+            "/tmp/x",
+            "--",
+            "/bin/sh",
+            "-c",
+            "exit 7",
+        ]) else {
+            panic!("not run")
+        };
+        assert_eq!((command.as_slice(), timeout), (&["/bin/sh", "-c", "exit 7"].map(String::from)[..], 600));
+        let mut extra = vec!["--".to_string()];
+        extra.extend(command);
+        assert_eq!(
+            run.reproducer("run-qemu", &extra),
+            "cargo make run-qemu --flavor debug --append 'a=b c' --collect /tmp/x -- /bin/sh -c 'exit 7'"
+        );
+        let e = run.opts("default").unwrap();
+        assert_eq!(e.collect, ["/tmp/x"]);
+    }
+
+    #[test]
+    fn bad_values_are_refused_with_the_choices() {
+        let e = Cli::try_parse_from(["lab", "run", "--flavor", "perff"]).err().unwrap().to_string();
+        assert!(e.contains("perff") && e.contains("debug") && e.contains("perf"), "{e}");
+        let Cmd::Run { run, .. } = parse(&["run", "--collect", "relative/path"]) else { panic!() };
+        assert!(run.opts("default").unwrap_err().to_string().contains("absolute guest path"));
+        let Cmd::Run { run, .. } = parse(&["run", "--filter", "ctabs*", "--until-fail"]) else { panic!() };
+        let o = run.opts("kunit").unwrap();
+        assert!(o.append.contains(&"kunit.filter_glob=ctabs*".to_string()));
+        assert_eq!((o.repeat, o.until_fail), (UNTIL_FAIL_RUNS, true));
+        assert!(Cli::try_parse_from(["lab", "run", "--repeat", "0"]).is_err());
+    }
+
+    #[test]
+    fn conformance_selection_parses() {
+        let Cmd::Conformance { cases, run } = parse(&["conformance", "--case", "tc_deferral", "--repeat", "20"]) else {
+            panic!()
+        };
+        assert_eq!((cases.cases.as_slice(), run.repeat), (&["tc_deferral".to_string()][..], Some(20)));
+        assert!(case_list().lines().any(|l| l.starts_with("fd_cycle_leak") && l.contains("(opt-in)")));
+    }
 }
