@@ -13,6 +13,7 @@ pub mod html;
 pub mod kcidb;
 pub mod kconfig;
 pub mod kernel;
+pub mod ktap_out;
 pub mod kunit;
 pub mod lock;
 pub mod nightly;

@@ -286,10 +286,11 @@ pub fn case_table(o: &Outcome) -> String {
     t
 }
 
-/// Writes `junit.xml` and `results.tap` into the run directory.
+/// Writes `junit.xml`, `results.tap` and `results.ktap` into the run directory.
 pub fn write_reports(dir: &Path, o: &Outcome) -> Result<()> {
     crate::util::write_atomic(&dir.join("junit.xml"), junit_xml(o).as_bytes())?;
-    crate::util::write_atomic(&dir.join("results.tap"), tap(o).as_bytes())
+    crate::util::write_atomic(&dir.join("results.tap"), tap(o).as_bytes())?;
+    crate::util::write_atomic(&dir.join("results.ktap"), crate::ktap_out::ktap(o).as_bytes())
 }
 
 #[cfg(test)]
