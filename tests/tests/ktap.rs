@@ -2,13 +2,13 @@
 //! parse`: every case the lab reports must come out with the same name and verdict, and
 //! the parser must find no errors. Needs the unpacked tree (any kernel build makes it).
 
-use lab::run::{Outcome, Verdict};
+use lab::harness::outcome::{Outcome, Verdict};
 use labproto::{Event, Status};
 use std::path::PathBuf;
 
 fn kunit_py() -> PathBuf {
-    let lock = lab::lock::Lock::load(&lab::lock::Lock::path()).unwrap();
-    let tree = lab::tree::tree_dir(&lab::paths::cache(), &lock);
+    let lock = lab::kbuild::pin::Lock::load(&lab::kbuild::pin::Lock::path()).unwrap();
+    let tree = lab::kbuild::tree::tree_dir(&lab::support::paths::cache(), &lock);
     let py = tree.join("tools/testing/kunit/kunit.py");
     assert!(py.is_file(), "{} missing: build a kernel first (cargo make kernel)", py.display());
     py
@@ -81,7 +81,7 @@ fn outcome(events: Vec<Event>, verdict: Verdict) -> Outcome {
         verdict,
         events,
         boot_s: Some(1.0),
-        splats: vec![lab::console::Splat {
+        splats: vec![lab::harness::splat::Splat {
             kind: "warning",
             line: 1,
             text: "WARNING: at x\nKernel panic - not syncing: VFS: Unable to mount root".into(),
@@ -115,7 +115,7 @@ fn kunit_py_reads_the_lab_ktap_like_the_lab() {
         events,
         Verdict::Timeout { phase: "power-off".into(), tail: "Kernel panic - not syncing: VFS: x".into() },
     );
-    let ktap = lab::ktap_out::ktap(&o);
+    let ktap = lab::report::ktap::ktap(&o);
     let (cases, errors, ok) = kunit_parse(&ktap);
     assert_eq!(cases, lab_cases(&o), "kunit.py read:\n{ktap}");
     assert_eq!(errors, 0, "{ktap}");
@@ -128,6 +128,6 @@ fn kunit_py_reads_the_lab_ktap_like_the_lab() {
         topology_mismatches: vec![],
         ..outcome(vec![result("default", "topology", Status::Pass, None)], Verdict::Completed)
     };
-    let (cases, errors, ok) = kunit_parse(&lab::ktap_out::ktap(&good));
+    let (cases, errors, ok) = kunit_parse(&lab::report::ktap::ktap(&good));
     assert_eq!((cases, errors, ok), (lab_cases(&good), 0, true));
 }
