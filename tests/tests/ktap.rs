@@ -131,3 +131,12 @@ fn kunit_py_reads_the_lab_ktap_like_the_lab() {
     let (cases, errors, ok) = kunit_parse(&lab::report::ktap::ktap(&good));
     assert_eq!((cases, errors, ok), (lab_cases(&good), 0, true));
 }
+
+#[test]
+fn kunit_py_reads_a_real_run() {
+    let o = lab::report::run(&lab::harness::opts::RunOpts::default()).unwrap();
+    assert!(o.ok(), "{}", lab::report::summary::summary(&o));
+    let ktap = std::fs::read_to_string(o.dir.join("results.ktap")).unwrap();
+    let (cases, errors, ok) = kunit_parse(&ktap);
+    assert_eq!((cases, errors, ok), (lab_cases(&o), 0, true), "{ktap}");
+}
