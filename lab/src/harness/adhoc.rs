@@ -6,17 +6,18 @@ use crate::harness::opts::RunOpts;
 use crate::harness::outcome::{Outcome, Verdict};
 use labproto::{Event, Plan, Status, Step};
 
-/// Exit codes of `lab` (documented in the README). A guest command's own code passes
-/// through `lab run -- CMD`; these mark what the harness itself found.
+/// Exit codes of `lab` (README, "Exit codes"; the values of issue 11's `Exit`). The
+/// harness's own codes lie above 200, so a guest command's code passes through
+/// `lab run -- CMD` unchanged.
 pub mod code {
     /// A test failed: a step or case failed, a topology mismatch, a collect error.
     pub const TEST_FAILED: i32 = 1;
-    /// The harness could not run: bad input, a build or QEMU failure.
-    pub const HARNESS_ERROR: i32 = 2;
     /// The guest kernel panicked or logged a splat (lockdep, KASAN, BUG, WARNING, Oops).
-    pub const KERNEL: i32 = 3;
+    pub const KERNEL: i32 = 201;
     /// A step, the boot or the power-off overran its timeout.
-    pub const TIMEOUT: i32 = 4;
+    pub const TIMEOUT: i32 = 202;
+    /// The harness could not run: bad input, a build or QEMU failure.
+    pub const HARNESS_ERROR: i32 = 203;
     /// Ctrl-C or SIGTERM (128 + SIGINT, as shells report it).
     pub const INTERRUPTED: i32 = 130;
     /// The guest could not start the command (as a shell says for "not found").
