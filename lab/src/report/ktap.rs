@@ -32,6 +32,16 @@ fn ktap_name(name: &str) -> String {
     name.replace('#', "_").replace('\n', " ")
 }
 
+/// A case's name inside its suite: `step/case` without the `step/`, except where that is the
+/// suite's own name (`topology/topology`): kunit.py takes a result line named like the
+/// enclosing test for that test's own result, ending it early.
+pub fn case_name(suite: &str, full: &str) -> String {
+    match full.strip_prefix(&format!("{suite}/")) {
+        Some(short) if short != suite => ktap_name(short),
+        _ => ktap_name(full),
+    }
+}
+
 fn result_line(out: &mut String, indent: &str, n: usize, name: &str, status: Status, why: Option<&str>) {
     let name = ktap_name(name);
     let _ = match status {
@@ -50,8 +60,7 @@ fn suite(out: &mut String, n: usize, name: &str, cases: &[&TestCase]) {
                 let _ = writeln!(out, "{IN}{}", diagnostic(l));
             }
         }
-        let short = c.name.strip_prefix(&format!("{name}/")).unwrap_or(&c.name);
-        result_line(out, IN, i + 1, short, c.status, c.message.as_deref());
+        result_line(out, IN, i + 1, &case_name(name, &c.name), c.status, c.message.as_deref());
     }
     let count = |s| cases.iter().filter(|c| c.status == s).count();
     let (pass, fail, skip) = (count(Status::Pass), count(Status::Fail), count(Status::Skip));
@@ -105,5 +114,7 @@ mod tests {
         assert_eq!(diagnostic("  Subtest: x"), "# >   Subtest: x");
         assert_eq!(diagnostic("a\x1b[0mb"), "# a?[0mb");
         assert_eq!(ktap_name("a#b"), "a_b");
+        assert_eq!(case_name("smoke", "smoke/version"), "version");
+        assert_eq!(case_name("topology", "topology/topology"), "topology/topology");
     }
 }
