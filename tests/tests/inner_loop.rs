@@ -3,8 +3,9 @@
 //! boot, `lab conformance --case --repeat`, `--smp`/`--memory`, and results.ktap read by the
 //! kernel's own kunit.py.
 
-use lab::harness::adhoc::{self, code};
+use lab::harness::adhoc;
 use lab::harness::opts::{load_plan, RunOpts};
+use lab::harness::outcome::Exit;
 use lab::harness::outcome::Outcome;
 use lab::harness::qemu::Tcg;
 use lab::report::{self, summary::summary};
@@ -47,15 +48,15 @@ fn guest_exit_code_and_output_reach_the_host() {
     let ok = lab(&["run", "--", "true"]);
     assert_eq!(ok.status.code(), Some(0), "{}", String::from_utf8_lossy(&ok.stderr));
     let missing = lab(&["run", "--", "/no/such/program"]);
-    assert_eq!(missing.status.code(), Some(code::NOT_STARTED));
+    assert_eq!(missing.status.code(), Some(adhoc::NOT_STARTED));
 }
 
 #[test]
 fn guest_panic_gets_the_panic_code() {
     let out = lab(&["run", "--", "/bin/sh", "-c", "echo c > /proc/sysrq-trigger"]);
-    assert_eq!(out.status.code(), Some(code::KERNEL), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(Exit::KernelFault.code()), "{}", String::from_utf8_lossy(&out.stderr));
     let hang = lab(&["run", "--timeout", "3", "--", "/bin/sleep", "100"]);
-    assert_eq!(hang.status.code(), Some(code::TIMEOUT), "{}", String::from_utf8_lossy(&hang.stderr));
+    assert_eq!(hang.status.code(), Some(Exit::Timeout.code()), "{}", String::from_utf8_lossy(&hang.stderr));
 }
 
 /// Writes files of known content in the guest and checks what lands in the run directory,
@@ -84,7 +85,7 @@ fn collect_brings_files_back_on_both_channels() {
     let o = command(&["true"], &opts);
     let p = o.problems().join("\n");
     assert!(p.contains("collect /tmp/nope (step true): cannot stat"), "{p}");
-    assert_eq!(adhoc::exit_code(&o), code::TEST_FAILED);
+    assert_eq!(adhoc::exit_code(&o), Exit::TestFailure.code());
 }
 
 #[test]
@@ -125,7 +126,7 @@ fn smp_and_memory_overrides_boot_a_smaller_soc() {
 #[test]
 fn pin_without_threads_is_refused_before_booting() {
     let out = lab(&["run", "--pin", "--tcg", "icount"]);
-    assert_eq!(out.status.code(), Some(code::HARNESS_ERROR));
+    assert_eq!(out.status.code(), Some(Exit::HarnessError.code()));
     assert!(String::from_utf8_lossy(&out.stderr).contains("nothing to pin"));
 }
 

@@ -12,6 +12,7 @@ pub mod run;
 pub mod setup;
 pub mod test;
 
+use crate::harness::outcome::Exit;
 use anyhow::Result;
 use args::RunArgs;
 use clap::{Parser, Subcommand};
@@ -158,7 +159,8 @@ fn long_version() -> String {
     )
 }
 
-/// The `lab` binary: parse, dispatch, and exit non-zero on an error.
+/// The `lab` binary: parse, dispatch, exit with the command's [`Exit`] code (an error is a
+/// harness error; clap exits 2 on a bad command line).
 pub fn main() {
     use clap::{CommandFactory, FromArgMatches};
     let mut cmd = Cli::command();
@@ -166,42 +168,40 @@ pub fn main() {
         cmd = cmd.long_version(long_version());
     }
     let cli = Cli::from_arg_matches(&cmd.get_matches()).unwrap_or_else(|e| e.exit());
-    if let Err(e) = dispatch(cli.cmd) {
+    let exit = execute(cli.cmd).unwrap_or_else(|e| {
         eprintln!("error: {e:#}");
-        std::process::exit(crate::harness::adhoc::code::HARNESS_ERROR);
-    }
+        Exit::HarnessError
+    });
+    exit.exit()
 }
 
-fn dispatch(cmd: Cmd) -> Result<()> {
+/// Runs one command; the exit it calls for.
+pub fn execute(cmd: Cmd) -> Result<Exit> {
+    let done = |r: Result<()>| r.map(|()| Exit::Ok);
     match cmd {
-        Cmd::Setup => setup::run(),
-        Cmd::Kernel { flavor } => kernel::build(&flavor),
-        Cmd::KernelLock => kernel::lock(),
-        Cmd::DriverTree => kernel::driver_tree(),
-        Cmd::DriverExport => kernel::driver_export(),
-        Cmd::DriverReset => kernel::driver_reset(),
-        Cmd::Run { run, timeout, command } if !command.is_empty() => run::command(&run, timeout, &command),
-        Cmd::Run { run, .. } => run::run(&run),
-        Cmd::Shell(args) => crate::harness::run::shell(&args.opts("shell")?),
-        Cmd::Conformance { cases, .. } if cases.list => {
-            print!("{}", run::case_list());
-            Ok(())
-        }
-        Cmd::Conformance { cases, run } => run::suite(&run, "conformance", &cases),
-        Cmd::Fuzz(args) => run::suite(&args, "fuzz", &run::CaseArgs::default()),
-        Cmd::List { what } => {
-            print!("{}", catalog::render(what));
-            Ok(())
-        }
+        Cmd::Setup => done(setup::run()),
+        Cmd::Kernel { flavor } => done(kernel::build(&flavor)),
+        Cmd::KernelLock => done(kernel::lock()),
+        Cmd::DriverTree => done(kernel::driver_tree()),
+        Cmd::DriverExport => done(kernel::driver_export()),
+        Cmd::DriverReset => done(kernel::driver_reset()),
+        Cmd::Shell(args) => done(crate::harness::run::shell(&args.opts("shell")?)),
+        Cmd::Test => test::run(),
+        Cmd::DriverCheck => done(crate::kbuild::driver_check::run()),
+        Cmd::Reproduce { from: Some(dir), .. } => done(reproduce::rerender(&dir)),
+        Cmd::Conformance { cases, .. } if cases.list => done(Ok(print!("{}", run::case_list()))),
+        Cmd::List { what } => done(Ok(print!("{}", catalog::render(what)))),
         Cmd::Completions { shell } => {
             use clap::CommandFactory;
             clap_complete::generate(shell, &mut Cli::command(), "lab", &mut std::io::stdout());
-            Ok(())
+            Ok(Exit::Ok)
         }
-        Cmd::Test => test::run(),
-        Cmd::DriverCheck => crate::kbuild::driver_check::run(),
+        // The commands that boot guests exit with what they found.
+        Cmd::Run { run, timeout, command } if !command.is_empty() => run::command(&run, timeout, &command),
+        Cmd::Run { run, .. } => run::run(&run),
+        Cmd::Conformance { cases, run } => run::suite(&run, "conformance", &cases),
+        Cmd::Fuzz(args) => run::suite(&args, "fuzz", &run::CaseArgs::default()),
         Cmd::Bench { profile, reps, run } => bench::run(profile, reps, &run),
-        Cmd::Reproduce { from: Some(dir), .. } => reproduce::rerender(&dir),
         Cmd::Reproduce { profile, out, run, from: None } => reproduce::run(profile, out, &run),
         Cmd::Nightly { profile, out, baseline, threshold, fuzz_ops, run } => {
             nightly::command(profile, out, baseline, threshold, fuzz_ops, &run)

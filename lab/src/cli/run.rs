@@ -3,21 +3,22 @@
 
 use crate::cli::args::RunArgs;
 use crate::harness::adhoc;
+use crate::harness::outcome::Exit;
 use crate::report::{self, summary::summary};
 use anyhow::Result;
 
-pub fn run(args: &RunArgs) -> Result<()> {
+pub fn run(args: &RunArgs) -> Result<Exit> {
     let o = report::run(&args.opts("default")?)?;
     print!("{}", summary(&o));
     if !o.ok() {
         println!("reproduce: {}", args.reproducer("run-qemu", &[]));
-        std::process::exit(adhoc::plan_exit_code(&o));
     }
-    Ok(())
+    Ok(o.exit())
 }
 
-/// `lab run -- CMD`: the command's output on stdout, the lab's on stderr, its exit code ours.
-pub fn command(args: &RunArgs, timeout_s: u64, command: &[String]) -> Result<()> {
+/// `lab run -- CMD`: the command's output on stdout, the lab's on stderr, its exit code ours
+/// (it may be any code, so this exits itself unless the command passed).
+pub fn command(args: &RunArgs, timeout_s: u64, command: &[String]) -> Result<Exit> {
     if args.plan.is_some() {
         anyhow::bail!("give either --plan or a command after `--`, not both");
     }
@@ -34,6 +35,9 @@ pub fn command(args: &RunArgs, timeout_s: u64, command: &[String]) -> Result<()>
         extra.push("--".into());
         extra.extend(command.iter().cloned());
         eprintln!("lab: exit code {code}; reproduce: {}", args.reproducer("run-qemu", &extra));
+    }
+    if code == 0 {
+        return Ok(Exit::Ok);
     }
     std::process::exit(code);
 }
@@ -62,7 +66,7 @@ pub fn case_list() -> String {
 }
 
 /// Runs a plan and prints the per-case table (with the run's summary below it).
-pub fn suite(args: &RunArgs, default_plan: &str, sel: &CaseArgs) -> Result<()> {
+pub fn suite(args: &RunArgs, default_plan: &str, sel: &CaseArgs) -> Result<Exit> {
     let opts = args.opts(default_plan)?;
     let plan = adhoc::select_cases(&crate::harness::opts::load_plan(&opts.plan)?, &sel.cases, &sel.skip)?;
     let o = report::run_plan(&plan, &opts)?;
@@ -88,9 +92,8 @@ pub fn suite(args: &RunArgs, default_plan: &str, sel: &CaseArgs) -> Result<()> {
         if failed.is_empty() {
             println!("reproduce: {}", args.reproducer(task, &sel.cli_args()));
         }
-        std::process::exit(adhoc::plan_exit_code(&o));
     }
-    Ok(())
+    Ok(o.exit())
 }
 
 impl CaseArgs {

@@ -3,26 +3,12 @@
 //! change any plan (`--repeat`, `--until-fail`, `--collect`).
 
 use crate::harness::opts::RunOpts;
-use crate::harness::outcome::{Outcome, Verdict};
+use crate::harness::outcome::{Exit, Outcome};
 use labproto::{Event, Plan, Status, Step};
 
-/// Exit codes of `lab` (README, "Exit codes"; the values of issue 11's `Exit`). The
-/// harness's own codes lie above 200, so a guest command's code passes through
-/// `lab run -- CMD` unchanged.
-pub mod code {
-    /// A test failed: a step or case failed, a topology mismatch, a collect error.
-    pub const TEST_FAILED: i32 = 1;
-    /// The guest kernel panicked or logged a splat (lockdep, KASAN, BUG, WARNING, Oops).
-    pub const KERNEL: i32 = 201;
-    /// A step, the boot or the power-off overran its timeout.
-    pub const TIMEOUT: i32 = 202;
-    /// The harness could not run: bad input, a build or QEMU failure.
-    pub const HARNESS_ERROR: i32 = 203;
-    /// Ctrl-C or SIGTERM (128 + SIGINT, as shells report it).
-    pub const INTERRUPTED: i32 = 130;
-    /// The guest could not start the command (as a shell says for "not found").
-    pub const NOT_STARTED: i32 = 127;
-}
+/// What `lab run -- CMD` exits with when the guest could not start the command (as a shell
+/// says for "not found").
+pub const NOT_STARTED: i32 = 127;
 
 /// The plan `lab run -- CMD ARGS...` runs: one step named after the program.
 pub fn command_plan(argv: &[String], timeout_s: u64) -> Plan {
@@ -97,50 +83,30 @@ pub fn stream_line(plan: &Plan, line: &str) {
     }
 }
 
-/// What a plan run exits with: 0, or the code of what the harness found (a panic or splat
-/// before a timeout before any other failure).
-pub fn plan_exit_code(o: &Outcome) -> i32 {
-    harness_code(o).unwrap_or(if o.ok() { 0 } else { code::TEST_FAILED })
-}
-
-/// What `lab run -- CMD` exits with: the harness's code for a panic, splat, timeout or
-/// failed run; else the command's own status (128 + signal when a signal ended it).
+/// What `lab run -- CMD` exits with: the harness's code for a panic, splat, timeout,
+/// harness error or interruption ([`Outcome::exit`]); else the command's own status (128 +
+/// signal when a signal ended it), and a test failure's code when only something else failed
+/// (a `--collect` path, the topology check).
 pub fn exit_code(o: &Outcome) -> i32 {
-    if let Some(c) = harness_code(o) {
-        return c;
+    let exit = o.exit();
+    if exit >= Exit::Timeout {
+        return exit.code();
     }
     let spawn_failed = o.results().any(|(_, case, st, _)| case == "spawn" && st == Status::Fail);
     let command = o.events.iter().find_map(|e| match e {
         Event::StepEnd { exit_code: Some(0), .. } => None,
         Event::StepEnd { exit_code: Some(c), .. } => Some(*c),
         Event::StepEnd { signal: Some(s), .. } => Some(128 + s),
-        Event::StepEnd { .. } => Some(if spawn_failed { code::NOT_STARTED } else { code::HARNESS_ERROR }),
+        Event::StepEnd { .. } => Some(if spawn_failed { NOT_STARTED } else { Exit::HarnessError.code() }),
         _ => None,
     });
-    match command {
-        Some(c) => c,
-        None if o.ok() => 0,
-        None => code::TEST_FAILED,
-    }
-}
-
-/// The code of a panic, splat, timeout or abnormal end, if the run had one.
-fn harness_code(o: &Outcome) -> Option<i32> {
-    match &o.verdict {
-        Verdict::Panic { .. } => Some(code::KERNEL),
-        Verdict::Timeout { .. } => Some(code::TIMEOUT),
-        Verdict::Interrupted => Some(code::INTERRUPTED),
-        Verdict::InitError { .. } | Verdict::QemuExited { .. } => Some(code::HARNESS_ERROR),
-        Verdict::Completed if !o.splats.is_empty() => Some(code::KERNEL),
-        Verdict::Completed => {
-            o.events.iter().any(|e| matches!(e, Event::StepEnd { timed_out: true, .. })).then_some(code::TIMEOUT)
-        }
-    }
+    command.unwrap_or(exit.code())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::harness::outcome::Verdict;
 
     fn outcome(verdict: Verdict, ends: &[(Option<i32>, Option<i32>, bool)]) -> Outcome {
         let events = ends
@@ -173,20 +139,17 @@ mod tests {
         assert_eq!(exit_code(&outcome(Verdict::Completed, &[(Some(7), None, false)])), 7);
         assert_eq!(exit_code(&outcome(Verdict::Completed, &[(Some(0), None, false), (Some(3), None, false)])), 3);
         assert_eq!(exit_code(&outcome(Verdict::Completed, &[(None, Some(11), false)])), 139);
-        assert_eq!(exit_code(&outcome(Verdict::Completed, &[(None, Some(9), true)])), code::TIMEOUT);
+        assert_eq!(exit_code(&outcome(Verdict::Completed, &[(None, Some(9), true)])), Exit::Timeout.code());
         let panic = Verdict::Panic { text: "Kernel panic".into() };
-        assert_eq!(exit_code(&outcome(panic, &[])), code::KERNEL);
+        assert_eq!(exit_code(&outcome(panic, &[])), Exit::KernelFault.code());
         let mut o = outcome(Verdict::Completed, &[(Some(0), None, false)]);
         o.splats.push(crate::harness::splat::Splat { kind: "kasan", line: 1, text: "BUG: KASAN".into() });
-        assert_eq!(exit_code(&o), code::KERNEL);
+        assert_eq!(exit_code(&o), Exit::KernelFault.code());
         let mut o = outcome(Verdict::Completed, &[(Some(0), None, false)]);
         o.collect_errors.push("collect /x: lost".into());
-        assert_eq!(exit_code(&o), code::TEST_FAILED);
+        assert_eq!(exit_code(&o), Exit::TestFailure.code());
         let t = Verdict::Timeout { phase: "boot".into(), tail: String::new() };
-        assert_eq!(exit_code(&outcome(t, &[])), code::TIMEOUT);
-        // A plan's failing step is a test failure, whatever its own code.
-        assert_eq!(plan_exit_code(&outcome(Verdict::Completed, &[(Some(4), None, false)])), code::TEST_FAILED);
-        assert_eq!(plan_exit_code(&outcome(Verdict::Completed, &[(Some(0), None, false)])), 0);
+        assert_eq!(exit_code(&outcome(t, &[])), Exit::Timeout.code());
     }
 
     #[test]

@@ -139,7 +139,7 @@ impl Output<'_> {
                 return;
             }
         }
-        sys::console_line(&format!("[{}] {}", self.name, line));
+        sys::console_line(&format!("{}{line}", labproto::step_console_prefix(self.name)));
     }
 }
 
