@@ -189,8 +189,14 @@ pub fn execute(cmd: Cmd) -> Result<Exit> {
         Cmd::Test => test::run(),
         Cmd::DriverCheck => done(crate::kbuild::driver_check::run()),
         Cmd::Reproduce { from: Some(dir), .. } => done(reproduce::rerender(&dir)),
-        Cmd::Conformance { cases, .. } if cases.list => done(Ok(print!("{}", run::case_list()))),
-        Cmd::List { what } => done(Ok(print!("{}", catalog::render(what)))),
+        Cmd::Conformance { cases, .. } if cases.list => {
+            print!("{}", run::case_list());
+            Ok(Exit::Ok)
+        }
+        Cmd::List { what } => {
+            print!("{}", catalog::render(what));
+            Ok(Exit::Ok)
+        }
         Cmd::Completions { shell } => {
             use clap::CommandFactory;
             clap_complete::generate(shell, &mut Cli::command(), "lab", &mut std::io::stdout());
