@@ -254,6 +254,8 @@ mod tests {
             run.reproducer("run-qemu", &extra),
             "cargo make run-qemu --flavor debug --append 'a=b c' --collect /tmp/x -- /bin/sh -c 'exit 7'"
         );
+        let semi = ["--".to_string(), "/bin/sh".into(), "-c".into(), "echo a; exit 7".into()];
+        assert_eq!(run.reproducer("run-qemu", &semi)[..13], *"./lab.sh run ");
         let e = run.opts("default").unwrap();
         assert_eq!(e.collect, ["/tmp/x"]);
     }
