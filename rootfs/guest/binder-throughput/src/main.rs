@@ -6,7 +6,7 @@
 //!
 //! Options: `-w N` (2), `-i N` (10000), `-s BYTES` (0), `-p` (client/server pairs), `-t`
 //! (a training round first), `--threads N` looper threads per worker (2),
-//! `--ctabs-mode N`, `--defer-tc 0|1` (rust-driver patch 0005: deferral of
+//! `--ctabs-mode N`, `--defer-tc 0|1` (the lab-only rust-driver/lab/ series: deferral of
 //! BR_TRANSACTION_COMPLETE off/on; the value in effect is recorded as "defer_tc").
 
 use benchkit::proc::{fork, Chan, Child};
