@@ -2,8 +2,10 @@
 //! patch of `rust-driver/series`. Driver developers edit and commit there, and
 //! `lab driver-export` turns the commits back into the series.
 
-use crate::lock::Lock;
-use crate::util::{output, sha256_hex, write_atomic};
+use crate::kbuild::pin::Lock;
+use crate::support::fs::{sha256_hex, write_atomic};
+use crate::support::paths;
+use crate::support::process::output;
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -21,7 +23,7 @@ const IDENT: [(&str, &str); 4] = [
 const EPOCH: &str = "2000-01-01T00:00:00Z";
 
 pub fn tree_dir(cache: &Path, lock: &Lock) -> PathBuf {
-    cache.join("kernel/src").join(format!("linux-{}", crate::paths::path_safe(&lock.kernel.version)))
+    cache.join("kernel/src").join(format!("linux-{}", paths::path_safe(&lock.kernel.version)))
 }
 
 pub fn git(dir: &Path) -> Command {

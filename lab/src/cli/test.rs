@@ -1,7 +1,8 @@
 //! `lab test` (`cargo make test`): host unit tests, guest unit tests, the three kernels through
 //! the cache, then the end-to-end tests that boot QEMU.
 
-use crate::{kernel, paths};
+use crate::kbuild::{driver_check, kernel};
+use crate::support::paths;
 use anyhow::{bail, Result};
 use std::process::Command;
 use std::time::Instant;
@@ -29,7 +30,7 @@ pub fn run() -> Result<()> {
         eprintln!("kernel {flavor}: {} ({})", b.image().display(), b.kernel_release());
     }
     eprintln!("\n=== driver-check");
-    crate::driver_check::run()?;
+    driver_check::run()?;
     // --no-fail-fast: one failing test file must not hide the others' results.
     cargo(&["test", "-p", "lab-tests", "--no-fail-fast", "--", "--test-threads=2"], "end-to-end tests (QEMU)")?;
     eprintln!("\nlab test: all passed in {:.0?}", t0.elapsed());

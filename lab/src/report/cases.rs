@@ -4,11 +4,9 @@
 //! another abnormal end of the run, a topology mismatch) becomes a failing test case too,
 //! so that a report never shows green for a broken run.
 
-use crate::run::{Outcome, Verdict};
-use anyhow::Result;
+use crate::harness::outcome::{Outcome, Verdict};
 use labproto::{Event, Status};
 use std::fmt::Write;
-use std::path::Path;
 
 /// One entry of a report.
 #[derive(Clone, Debug, PartialEq)]
@@ -286,16 +284,10 @@ pub fn case_table(o: &Outcome) -> String {
     t
 }
 
-/// Writes `junit.xml` and `results.tap` into the run directory.
-pub fn write_reports(dir: &Path, o: &Outcome) -> Result<()> {
-    crate::util::write_atomic(&dir.join("junit.xml"), junit_xml(o).as_bytes())?;
-    crate::util::write_atomic(&dir.join("results.tap"), tap(o).as_bytes())
-}
-
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
-    use crate::console::Splat;
+    use crate::harness::splat::Splat;
 
     fn result(step: &str, case: &str, status: Status, ms: f64, message: Option<&str>) -> Event {
         Event::Result {
@@ -322,7 +314,7 @@ mod tests {
         }
     }
 
-    fn sample() -> Outcome {
+    pub(crate) fn sample() -> Outcome {
         outcome(
             vec![
                 Event::StepStart { step: "conformance".into() },
@@ -419,13 +411,5 @@ mod tests {
         assert!(t.contains("FAIL    conformance/nested_calls"));
         assert!(t.contains("SKIP    conformance/c_only"));
         assert!(t.trim_end().ends_with("5 case(s): 1 passed, 3 failed, 1 skipped; 179 ms in cases"), "{t}");
-    }
-
-    #[test]
-    fn reports_land_in_the_run_directory() {
-        let d = tempfile::tempdir().unwrap();
-        write_reports(d.path(), &sample()).unwrap();
-        assert!(std::fs::read_to_string(d.path().join("junit.xml")).unwrap().contains("<testsuites"));
-        assert!(std::fs::read_to_string(d.path().join("results.tap")).unwrap().starts_with("TAP version 13"));
     }
 }

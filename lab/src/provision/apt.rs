@@ -4,7 +4,8 @@
 //!   arch-all sources (kernel, rust-src) from trixie-backports/sid and the guest's arm64
 //!   busybox. The host's sources and preferences are never written.
 
-use crate::util::{have_tool, output};
+use crate::support::fs::write_atomic;
+use crate::support::process::{have_tool, output};
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -71,7 +72,7 @@ pub fn host_install(pkgs: &[String], backports: Option<&str>, cache: &Path) -> R
         let list = cache.join("apt/host-plus-backports.list");
         let mut text = std::fs::read_to_string("/etc/apt/sources.list").unwrap_or_default();
         text.push_str(&format!("\ndeb [signed-by={KEYRING}] {MIRROR} {codename}-backports main\n"));
-        crate::util::write_atomic(&list, text.as_bytes())?;
+        write_atomic(&list, text.as_bytes())?;
         extra = vec!["-o".into(), format!("Dir::Etc::SourceList={}", list.display())];
     }
     let mut install: Vec<String> = extra.clone();
@@ -167,7 +168,7 @@ impl PrivateApt {
         for d in ["sources.list.d", "preferences.d", "state/lists/partial", "cache/archives/partial"] {
             std::fs::create_dir_all(self.root.join(d))?;
         }
-        crate::util::write_atomic(&self.root.join("sources.list"), self.sources().as_bytes())
+        write_atomic(&self.root.join("sources.list"), self.sources().as_bytes())
     }
 
     /// Refreshes the package lists (a few seconds).

@@ -1,7 +1,7 @@
 //! A self-contained HTML page: no external files, the SVG plots inlined, so the artifact can
 //! be opened anywhere (a CI's artifact viewer, a mail attachment).
 
-use crate::report::xml_escape;
+use crate::report::cases::xml_escape;
 use std::fmt::Write as _;
 use std::path::Path;
 

@@ -1,10 +1,11 @@
 //! `lab driver-check`: the series must be clippy-clean, rustfmt-clean and checkpatch-clean,
 //! as an upstream submission would be.
 
-use crate::lock::Lock;
-use crate::tree::Series;
-use crate::util::run_logged;
-use crate::{kernel, paths};
+use crate::kbuild::kernel;
+use crate::kbuild::pin::Lock;
+use crate::kbuild::tree::Series;
+use crate::support::paths;
+use crate::support::process::run_logged;
 use anyhow::{bail, Result};
 use std::process::Command;
 

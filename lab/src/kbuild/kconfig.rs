@@ -135,7 +135,7 @@ mod tests {
     #[test]
     fn shipped_fragments_parse() {
         for f in ["base.config", "perf.config", "debug.config"] {
-            Fragment::load(&crate::paths::kernel_config_dir().join(f)).unwrap();
+            Fragment::load(&crate::support::paths::kernel_config_dir().join(f)).unwrap();
         }
     }
 }

@@ -1,38 +1,9 @@
-//! Small helpers shared by the commands: hashing, atomic writes, running tools with logs.
+//! Running external tools: with captured output, or with a log and progress lines.
 
 use anyhow::{bail, Context, Result};
-use sha2::{Digest, Sha256};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Command, Stdio};
-
-pub fn sha256_file(path: &Path) -> Result<String> {
-    let mut f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
-    let mut h = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = f.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        h.update(&buf[..n]);
-    }
-    Ok(hex::encode(h.finalize()))
-}
-
-pub fn sha256_hex(data: &[u8]) -> String {
-    hex::encode(Sha256::digest(data))
-}
-
-/// Writes via a temporary file and rename, so readers never see half a file.
-pub fn write_atomic(path: &Path, data: &[u8]) -> Result<()> {
-    let dir = path.parent().context("path has no parent")?;
-    std::fs::create_dir_all(dir)?;
-    let tmp = dir.join(format!(".{}.tmp{}", path.file_name().unwrap().to_string_lossy(), std::process::id()));
-    std::fs::write(&tmp, data).with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("renaming to {}", path.display()))?;
-    Ok(())
-}
 
 /// True when `name` is on PATH (or is a path that exists).
 pub fn have_tool(name: &str) -> bool {
@@ -130,27 +101,5 @@ mod tests {
             run_logged(Command::new("sh").args(["-c", "echo 'fatal error: x' >&2; exit 3"]), &log, |_| {}).unwrap_err();
         let m = e.to_string();
         assert!(m.contains("fatal error: x") && m.contains("x.log"), "{m}");
-    }
-}
-
-/// UTC time as `20261130T041308Z`, for run directory names and manifests.
-pub fn utc_stamp() -> String {
-    jiff::Timestamp::now().strftime("%Y%m%dT%H%M%SZ").to_string()
-}
-
-/// UTC time as RFC 3339 (`2026-11-30T04:13:08Z`), for reports other tools read.
-pub fn rfc3339_now() -> String {
-    jiff::Timestamp::now().round(jiff::Unit::Second).map(|t| t.to_string()).unwrap_or_default()
-}
-
-#[cfg(test)]
-mod stamp_tests {
-    #[test]
-    fn utc_stamp_shape() {
-        let s = super::utc_stamp();
-        assert_eq!(s.len(), 16, "{s}");
-        assert!(s.starts_with("20") && s.ends_with('Z'));
-        let r = super::rfc3339_now();
-        assert!(r.parse::<jiff::Timestamp>().is_ok() && r.ends_with('Z') && r.len() == 20, "{r}");
     }
 }

@@ -7,9 +7,18 @@
 //! self-contained `report.html`. It fails on any test failure, kernel splat, panic or hang,
 //! and on a metric that is worse than the baseline file by more than the threshold.
 
-use crate::bench::{Profile, Row};
-use crate::run::{Outcome, RunOpts};
-use crate::{html, kcidb, kernel, lock, paths, qemu, report, reproduce, run, tree, util};
+use crate::harness::opts::{load_plan, RunOpts};
+use crate::harness::outcome::Outcome;
+use crate::harness::qemu;
+use crate::kbuild::pin as lock;
+use crate::kbuild::{kernel, tree};
+use crate::measure::bench::Profile;
+use crate::measure::reproduce;
+use crate::measure::samples::Row;
+use crate::report::{self, html, kcidb};
+use crate::support::fs::sha256_file;
+use crate::support::paths;
+use crate::support::stamp::{rfc3339_now, utc_stamp};
 use anyhow::{Context, Result};
 use labproto::{Plan, Step};
 use serde::{Deserialize, Serialize};
@@ -311,7 +320,7 @@ pub fn run(opts: &Opts) -> Result<Nightly> {
     }
 
     let fuzz = fuzz_plan(opts.fuzz_ops);
-    let load = |name: &str| run::load_plan(name).map_err(|e| format!("{e:#}"));
+    let load = |name: &str| load_plan(name).map_err(|e| format!("{e:#}"));
     let conformance = load("conformance");
     let plans: Vec<(&str, &'static str, &str, std::result::Result<Plan, String>)> = vec![
         ("conformance-perf", "conformance", "perf", conformance.clone()),
@@ -324,9 +333,9 @@ pub fn run(opts: &Opts) -> Result<Nightly> {
     let mut stages = vec![];
     for (name, kind, flavor, plan) in plans {
         eprintln!("lab nightly: {name}");
-        let started = util::rfc3339_now();
+        let started = rfc3339_now();
         let opts_f = RunOpts { flavor: flavor.into(), ..opts.base.clone() };
-        let result = plan.and_then(|p| run::run_plan(&p, &opts_f).map_err(|e| format!("{e:#}")));
+        let result = plan.and_then(|p| report::run_plan(&p, &opts_f).map_err(|e| format!("{e:#}")));
         let artifacts = opts.out.join(name);
         if let Ok(o) = &result {
             copy_dir(&o.dir, &artifacts)?;
@@ -452,7 +461,7 @@ fn write_artifacts(n: &Nightly, opts: &Opts, lock: &lock::Lock) -> Result<()> {
         .collect();
     let j = NightlyJson {
         schema: "binder-lab-nightly/1",
-        finished: util::rfc3339_now(),
+        finished: rfc3339_now(),
         wall_s: n.wall_s,
         ok: failures.is_empty(),
         failures: failures.clone(),
@@ -525,8 +534,7 @@ fn unit_of(metric: &str) -> &'static str {
 /// The KCIDB report: builds per flavor, a test per case, gated metrics as numbers.
 fn kcidb_report(n: &Nightly, opts: &Opts, lock: &lock::Lock) -> Result<kcidb::Report> {
     let series = tree::Series::load(&paths::driver_dir())?;
-    let shas: Vec<String> =
-        series.patches.iter().map(|p| util::sha256_file(&series.dir.join(p))).collect::<Result<_>>()?;
+    let shas: Vec<String> = series.patches.iter().map(|p| sha256_file(&series.dir.join(p))).collect::<Result<_>>()?;
     let patchset = kcidb::patchset_hash(&shas);
     let commit = &n.lab_commit;
     let checkout_id = kcidb::id(&format!(
@@ -535,7 +543,7 @@ fn kcidb_report(n: &Nightly, opts: &Opts, lock: &lock::Lock) -> Result<kcidb::Re
         patchset.as_deref().map(|h| &h[..12]).unwrap_or("none"),
         commit
     ));
-    let now = util::rfc3339_now();
+    let now = rfc3339_now();
     let mut r = kcidb::Report::default();
     r.checkouts.push(kcidb::Checkout {
         id: checkout_id.clone(),
@@ -552,8 +560,11 @@ fn kcidb_report(n: &Nightly, opts: &Opts, lock: &lock::Lock) -> Result<kcidb::Re
         valid: true,
         misc: serde_json::json!({"lab_commit": commit, "source_sha256": lock.kernel.sha256, "patches": series.patches}),
     });
-    let compiler =
-        format!("clang{} + rustc {}", crate::setup::LLVM_SUFFIX, crate::setup::rustc_version().unwrap_or_default());
+    let compiler = format!(
+        "clang{} + rustc {}",
+        crate::provision::toolchain::LLVM_SUFFIX,
+        crate::provision::toolchain::rustc_version().unwrap_or_default()
+    );
     let build_id = |flavor: &str| {
         let key = n.builds.iter().find(|b| b.flavor == flavor).and_then(|b| b.key.clone()).unwrap_or("failed".into());
         kcidb::id(&format!("{flavor}-{key}"))
@@ -583,7 +594,7 @@ fn kcidb_report(n: &Nightly, opts: &Opts, lock: &lock::Lock) -> Result<kcidb::Re
         misc: serde_json::json!({"board": opts.base.board, "tcg": format!("{:?}", opts.base.tcg).to_lowercase(),
                                  "benchmark_tcg": format!("{:?}", opts.measure_tcg).to_lowercase()}),
     };
-    let run_id = util::utc_stamp();
+    let run_id = utc_stamp();
     for s in &n.stages {
         let Ok(o) = &s.result else {
             r.tests.push(kcidb::Test {
@@ -751,6 +762,37 @@ pub fn summary(n: &Nightly, out: &Path) -> String {
         out.display()
     );
     s
+}
+
+/// `lab nightly`: runs everything into `out` and prints the reproduction and the summary.
+pub fn command(
+    profile: Profile,
+    out: Option<PathBuf>,
+    baseline: Option<PathBuf>,
+    threshold: f64,
+    fuzz_ops: Option<u64>,
+    run_args: &crate::cli::args::RunArgs,
+) -> Result<()> {
+    let out = out.unwrap_or_else(|| paths::repo().join("target/lab/nightly").join(utc_stamp()));
+    let quick = profile == Profile::Quick;
+    let opts = Opts {
+        profile,
+        out: out.clone(),
+        baseline,
+        threshold_pct: threshold,
+        fuzz_ops: fuzz_ops.unwrap_or(if quick { 20_000 } else { 1_000_000 }),
+        base: run_args.opts("default"),
+        measure_tcg: run_args.tcg.unwrap_or(qemu::Tcg::Icount),
+    };
+    let n = run(&opts)?;
+    if let Some(r) = &n.reproduce {
+        println!("{}", r.text);
+    }
+    print!("{}", summary(&n, &out));
+    if !n.failures().is_empty() {
+        std::process::exit(1);
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -1,10 +1,8 @@
-//! `lab setup`: provision everything a kernel and guest build needs, idempotently.
+//! The host toolchain: system packages, rust-src and bindgen, provisioned idempotently.
 //! Each step detects what is already there first, so a warm machine does no work.
 
-use crate::apt::{self, PrivateApt};
-use crate::lock::Lock;
-use crate::paths;
-use crate::util::{have_tool, output, sha256_file};
+use crate::provision::apt::{self, PrivateApt};
+use crate::support::process::{have_tool, output};
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -126,7 +124,7 @@ fn rust_src_library(cache: &Path, rustc: &str) -> Option<PathBuf> {
 }
 
 /// Host packages that are missing, plus whether qemu needs the backports.
-fn missing_packages() -> (Vec<String>, bool) {
+pub fn missing_packages() -> (Vec<String>, bool) {
     let mut names: Vec<&str> = HOST_PACKAGES.iter().map(|(p, _)| *p).collect();
     names.push("qemu-system-arm");
     let installed = apt::installed_versions(&names);
@@ -156,82 +154,6 @@ fn ensure_host_packages(cache: &Path) -> Result<()> {
     if !still.is_empty() {
         bail!("still missing after apt-get install: {}", still.join(" "));
     }
-    Ok(())
-}
-
-/// Path of the pinned kernel .deb in the cache, downloaded and verified.
-pub fn ensure_kernel_deb(cache: &Path, lock: &Lock) -> Result<PathBuf> {
-    let k = &lock.kernel;
-    let dest = cache.join("downloads");
-    let path = dest.join(format!("{}_{}_all.deb", k.package, k.version.replace(':', "%3a")));
-    if path.is_file() && verified(&path, &k.sha256)? {
-        return Ok(path);
-    }
-    let apt = PrivateApt::new(cache);
-    apt.update()?;
-    let served = apt.versions(&k.package)?;
-    if !served.iter().any(|v| v.version == k.version) {
-        let newest = served.first().map(|v| v.version.as_str()).unwrap_or("none");
-        bail!(
-            "the pinned {} {} is no longer served (newest served: {newest}).\nRe-pin with `cargo make kernel-lock`, which records the newest 7.2.x and its SHA-256 in kernel-config/kernel.lock.",
-            k.package,
-            k.version
-        );
-    }
-    eprintln!("lab: downloading {} {} (~165 MB)", k.package, k.version);
-    let got = apt.download(&format!("{}={}", k.package, k.version), &dest)?;
-    let sum = sha256_file(&got)?;
-    if sum != k.sha256 {
-        let _ = std::fs::remove_file(&got);
-        bail!(
-            "{} has SHA-256 {sum}, but kernel-config/kernel.lock pins {}.\nThe download was deleted. If the archive really changed, re-pin with `cargo make kernel-lock`.",
-            got.display(),
-            k.sha256
-        );
-    }
-    if got != path {
-        std::fs::rename(&got, &path)?;
-    }
-    Ok(path)
-}
-
-/// Whether `path` has SHA-256 `want`. Hashing 165 MB takes a second, so a matching result is
-/// remembered next to the file together with its size and mtime.
-fn verified(path: &Path, want: &str) -> Result<bool> {
-    let meta = std::fs::metadata(path)?;
-    let mtime = meta.modified()?.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
-    let memo = format!("{want} {} {mtime}\n", meta.len());
-    let stamp = path.with_extension("deb.verified");
-    if std::fs::read_to_string(&stamp).ok().as_deref() == Some(memo.as_str()) {
-        return Ok(true);
-    }
-    if sha256_file(path)? != want {
-        return Ok(false);
-    }
-    crate::util::write_atomic(&stamp, memo.as_bytes())?;
-    Ok(true)
-}
-
-/// `lab kernel-lock`: pin the newest 7.2.x served.
-pub fn kernel_lock(cache: &Path) -> Result<()> {
-    let path = Lock::path();
-    let mut lock = Lock::load(&path)?;
-    let apt = PrivateApt::new(cache);
-    apt.update()?;
-    let newest = apt.versions(&lock.kernel.package)?.into_iter().next().with_context(|| {
-        format!("no {} is served by trixie-backports or sid any more; pick a new kernel series", lock.kernel.package)
-    })?;
-    if newest.version == lock.kernel.version {
-        println!("kernel.lock already pins the newest {}: {}", lock.kernel.package, newest.version);
-        return Ok(());
-    }
-    let old = lock.kernel.version.clone();
-    lock.kernel.version = newest.version.clone();
-    lock.kernel.sha256 = newest.sha256;
-    lock.kernel.suite = if newest.version.contains("~bpo") { "trixie-backports".into() } else { "sid".into() };
-    crate::util::write_atomic(&path, lock.render().as_bytes())?;
-    println!("kernel.lock: {} {old} -> {}", lock.kernel.package, newest.version);
-    ensure_kernel_deb(cache, &lock)?;
     Ok(())
 }
 
@@ -296,86 +218,14 @@ fn ensure_bindgen(cache: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Full setup. Returns the resolved toolchain.
-pub fn ensure(cache: &Path) -> Result<Toolchain> {
+/// Host packages, cargo, rust-src, bindgen and busybox. Returns the resolved toolchain.
+pub fn ensure_tools(cache: &Path) -> Result<Toolchain> {
     ensure_host_packages(cache)?;
     if !have_tool("cargo") {
         bail!("cargo not found: install Rust with rustup");
     }
-    let lock = Lock::load(&Lock::path())?;
-    let deb = ensure_kernel_deb(cache, &lock)?;
     ensure_rust_src(cache)?;
     ensure_bindgen(cache)?;
-    busybox(cache)?;
-    let tc = Toolchain::probe(cache).context("toolchain incomplete after setup")?;
-    let tree = crate::tree::ensure_unpacked(cache, &lock, &deb)?;
-    rust_available(&tc, &tree)?;
-    Ok(tc)
-}
-
-/// Fast path for build commands: probe, and run the full setup only when something is missing.
-pub fn toolchain(cache: &Path) -> Result<Toolchain> {
-    let (missing, _) = missing_packages();
-    match Toolchain::probe(cache) {
-        Some(tc) if missing.is_empty() => Ok(tc),
-        _ => ensure(cache),
-    }
-}
-
-/// `make rustavailable`, run once per toolchain fingerprint.
-fn rust_available(tc: &Toolchain, tree: &Path) -> Result<()> {
-    let stamp = tc.cache.join("kernel/build/rustavailable.ok");
-    let fp = tc.fingerprint()?;
-    if std::fs::read_to_string(&stamp).ok().as_deref() == Some(fp.as_str()) {
-        return Ok(());
-    }
-    let out = tc.cache.join("kernel/build/rustavailable");
-    std::fs::create_dir_all(&out)?;
-    let res = tc.make(tree, &out).arg("rustavailable").output()?;
-    if !res.status.success() {
-        bail!(
-            "`make rustavailable` failed: the kernel rejects a Rust tool:\n{}{}\nrustc {}, bindgen {}, RUST_LIB_SRC {}",
-            String::from_utf8_lossy(&res.stdout),
-            String::from_utf8_lossy(&res.stderr),
-            tc.rustc_version,
-            tc.bindgen_bin_dir.display(),
-            tc.rust_lib_src.display()
-        );
-    }
-    eprintln!("lab: make rustavailable: Rust is available (rustc {})", tc.rustc_version);
-    crate::util::write_atomic(&stamp, fp.as_bytes())
-}
-
-/// `lab setup`: everything, then a summary.
-pub fn run() -> Result<()> {
-    let cache = paths::cache();
-    let tc = ensure(&cache)?;
-    println!("setup complete; cache: {}", cache.display());
-    print!("{}", tc.fingerprint()?);
-    Ok(())
-}
-
-/// The guest's static arm64 busybox (Debian's busybox-static), downloaded once through the
-/// private apt and unpacked into the cache.
-pub fn busybox(cache: &Path) -> Result<PathBuf> {
-    let downloads = cache.join("downloads");
-    let deb = match rootfs::busybox_deb_path(&downloads) {
-        Ok(d) => d,
-        Err(_) => {
-            let apt = PrivateApt::new(cache);
-            apt.update()?;
-            apt.download("busybox-static:arm64", &downloads)?
-        }
-    };
-    let out = cache.join("busybox").join(&sha256_file(&deb)?[..16]);
-    if let Some(bin) = ["bin/busybox", "usr/bin/busybox"].iter().map(|r| out.join(r)).find(|p| p.is_file()) {
-        return Ok(bin);
-    }
-    let tmp = out.with_extension("tmp");
-    let _ = std::fs::remove_dir_all(&tmp);
-    let bin = rootfs::extract_busybox(&deb, &tmp)?;
-    let rel = bin.strip_prefix(&tmp)?.to_path_buf();
-    let _ = std::fs::remove_dir_all(&out);
-    std::fs::rename(&tmp, &out)?;
-    Ok(out.join(rel))
+    crate::provision::downloads::busybox(cache)?;
+    Toolchain::probe(cache).context("toolchain incomplete after setup")
 }

@@ -1,7 +1,7 @@
 //! SVG plots for the benchmark report: throughput per mode with its CI, the latency CDF per
 //! mode, and the share of each tier per mode.
 
-use crate::bench::{Row, MODE_NAMES};
+use crate::measure::samples::{Row, MODE_NAMES};
 use anyhow::{anyhow, Result};
 use plotters::prelude::*;
 use std::collections::BTreeMap;
@@ -51,7 +51,7 @@ pub fn bars(path: &Path, title: &str, row: &Row, labels: &[&str]) -> Result<()> 
 /// Seed 002's shape: median ns per call against payload size, one line per mode, CI whiskers.
 pub fn sendvec(path: &Path, rows: &BTreeMap<String, Row>, metric: &str, labels: &[&str]) -> Result<()> {
     // (size, mode, estimate) for every sendvec.<size>.<metric> row.
-    let pts: Vec<(f64, u32, crate::stats::Estimate)> = rows
+    let pts: Vec<(f64, u32, crate::measure::stats::Estimate)> = rows
         .iter()
         .filter_map(|(k, r)| {
             let size: f64 = k.strip_prefix("sendvec.")?.strip_suffix(&format!(".{metric}"))?.parse().ok()?;
@@ -82,7 +82,7 @@ pub fn sendvec(path: &Path, rows: &BTreeMap<String, Row>, metric: &str, labels: 
     let modes: std::collections::BTreeSet<u32> = pts.iter().map(|p| p.1).collect();
     for m in modes {
         let c = COLORS[(m as usize).min(2)];
-        let mut line: Vec<(f64, crate::stats::Estimate)> =
+        let mut line: Vec<(f64, crate::measure::stats::Estimate)> =
             pts.iter().filter(|p| p.1 == m).map(|p| (p.0.log2(), p.2)).collect();
         line.sort_by(|a, b| a.0.total_cmp(&b.0));
         let dx = 0.06 * m as f64; // keep the whiskers of the modes apart
@@ -108,8 +108,8 @@ pub fn latency_cdf(path: &Path, samples_ms: &BTreeMap<u32, Vec<f64>>) -> Result<
         return Ok(());
     }
     // Up to the 99th percentile: the rare multi-ms outliers would squash the body of the curve.
-    let pooled = crate::stats::sorted(&samples_ms.values().flatten().copied().collect::<Vec<_>>());
-    let max = crate::stats::percentile_sorted(&pooled, 99.0).unwrap_or(1.0).max(1e-3);
+    let pooled = crate::measure::stats::sorted(&samples_ms.values().flatten().copied().collect::<Vec<_>>());
+    let max = crate::measure::stats::percentile_sorted(&pooled, 99.0).unwrap_or(1.0).max(1e-3);
     let root = SVGBackend::new(path, (640, 400)).into_drawing_area();
     root.fill(&WHITE).map_err(err)?;
     let mut chart = ChartBuilder::on(&root)
@@ -121,7 +121,7 @@ pub fn latency_cdf(path: &Path, samples_ms: &BTreeMap<u32, Vec<f64>>) -> Result<
         .map_err(err)?;
     chart.configure_mesh().x_desc("ms").y_desc("fraction").draw().map_err(err)?;
     for (m, v) in samples_ms {
-        let s = crate::stats::sorted(v);
+        let s = crate::measure::stats::sorted(v);
         let n = s.len() as f64;
         let c = COLORS[(*m as usize).min(2)];
         chart

@@ -4,7 +4,7 @@
 use anyhow::{bail, Context, Result};
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{self, Receiver};
 use std::time::{Duration, Instant};
@@ -191,7 +191,7 @@ pub fn version() -> Result<String> {
     if let Some(v) = VERSION.get() {
         return Ok(v.clone());
     }
-    let out = crate::util::output(Command::new(QEMU).arg("--version"))
+    let out = crate::support::process::output(Command::new(QEMU).arg("--version"))
         .context("qemu-system-aarch64 not found; run `cargo make setup`")?;
     Ok(VERSION.get_or_init(|| out.lines().next().unwrap_or_default().to_string()).clone())
 }
@@ -372,20 +372,6 @@ impl Drop for Vm {
             self.stop();
         }
     }
-}
-
-/// Path to `qemu-system-aarch64`'s DTB dump, cached per machine/cpu/smp/memory and QEMU version.
-pub fn qemu_dtb(cache: &Path, board: &board::Board) -> Result<PathBuf> {
-    let ver = version()?;
-    let key = crate::util::sha256_hex(format!("{}\n{ver}", board::qemu_dtb_key(board)).as_bytes());
-    let path = cache.join("dtb").join(format!("qemu-virt-{}.dtb", &key[..16]));
-    if !path.is_file() {
-        std::fs::create_dir_all(path.parent().unwrap())?;
-        let tmp = path.with_extension(format!("tmp{}-{:?}", std::process::id(), std::thread::current().id()));
-        board::dump_qemu_dtb(Path::new(QEMU), board, &tmp)?;
-        std::fs::rename(&tmp, &path)?;
-    }
-    Ok(path)
 }
 
 #[cfg(test)]

@@ -5,15 +5,18 @@
 //!   toolchain) by rename, only after make succeeded: an interrupted build never leaves
 //!   something that looks complete, and an unchanged input is a no-op.
 
-use crate::kconfig::Fragment;
-use crate::lock::Lock;
-use crate::setup::Toolchain;
-use crate::tree::{self, Series};
-use crate::util::{run_logged, sha256_hex, write_atomic};
-use crate::{paths, setup};
+use crate::kbuild::kconfig::Fragment;
+use crate::kbuild::pin::{ensure_kernel_deb, Lock};
+use crate::kbuild::setup;
+use crate::kbuild::tree::{self, Series};
+use crate::provision::toolchain::Toolchain;
+use crate::support::fs::{sha256_hex, write_atomic};
+use crate::support::paths;
+use crate::support::process::run_logged;
 use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// Bump when the build recipe changes in a way the inputs don't show.
@@ -103,6 +106,9 @@ pub fn build(flavor: &str) -> Result<Built> {
     }
 
     let obj = cache.join("kernel/build").join(flavor);
+    if !obj.exists() {
+        seed_from_sibling(&cache.join("kernel/build"), &obj, &merged)?;
+    }
     std::fs::create_dir_all(&obj)?;
     // One build per O= directory at a time; a second caller waits.
     let lockf = std::fs::File::create(obj.join(".lab-lock"))?;
@@ -126,12 +132,59 @@ pub fn build(flavor: &str) -> Result<Built> {
     Ok(built)
 }
 
+/// Most config lines a sibling may differ by for its O= directory to seed a new flavor's.
+const SEED_MAX_DIFF: usize = 8;
+
+/// Starts a new flavor's O= directory as a copy of the built flavor whose merged fragment is
+/// closest, when that one differs in a few symbols only. kbuild tracks dependencies per config
+/// symbol (include/config/) and the compile lines name the object tree relatively, so the
+/// next make rebuilds only what the difference touches: a C-driver flavor beside perf costs
+/// minutes instead of a full build.
+fn seed_from_sibling(build_root: &Path, obj: &Path, merged: &Fragment) -> Result<()> {
+    let Some((diff, from)) = closest_sibling(build_root, &merged.render()) else { return Ok(()) };
+    // Not while the sibling builds: its build holds the same lock exclusively.
+    let lockf = std::fs::File::create(from.join(".lab-lock"))?;
+    lockf.lock_shared().context("locking the sibling build directory")?;
+    eprintln!("lab: seeding {} from {} ({diff} config lines differ)", obj.display(), from.display());
+    let tmp = obj.with_extension(format!("seed{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    let st = Command::new("cp").args(["-a", "--reflink=auto"]).arg(&from).arg(&tmp).status()?;
+    if !st.success() {
+        let _ = std::fs::remove_dir_all(&tmp);
+        bail!("copying {} to {} failed ({st})", from.display(), tmp.display());
+    }
+    // The copy must configure afresh for its own fragment.
+    let _ = std::fs::remove_file(tmp.join(".lab-config.sha256"));
+    std::fs::rename(&tmp, obj).with_context(|| format!("publishing {}", obj.display()))
+}
+
+/// The built O= directory under `build_root` whose merged fragment differs least from `want`
+/// (by lines), if it differs by at most SEED_MAX_DIFF; ties go to the first name.
+fn closest_sibling(build_root: &Path, want: &str) -> Option<(usize, PathBuf)> {
+    let lines = |t: &str| t.lines().map(str::to_string).collect::<std::collections::BTreeSet<_>>();
+    let want = lines(want);
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(build_root).ok()?.flatten().map(|e| e.path()).collect();
+    dirs.sort();
+    let mut best: Option<(usize, PathBuf)> = None;
+    for dir in dirs {
+        let Ok(text) = std::fs::read_to_string(dir.join("lab-merged.config")) else { continue };
+        if !dir.join("vmlinux").is_file() {
+            continue; // never built to the end
+        }
+        let diff = want.symmetric_difference(&lines(&text)).count();
+        if diff <= SEED_MAX_DIFF && best.as_ref().is_none_or(|(d, _)| diff < *d) {
+            best = Some((diff, dir));
+        }
+    }
+    best
+}
+
 /// The toolchain and the kernel tree carrying the series, provisioning what is missing.
 /// The tree is shared by every checkout on the machine: hold the returned lock for as long as
 /// the tree must stay at this series (a build, a check).
 pub fn prepared_tree(cache: &Path, lock: &Lock) -> Result<(Toolchain, PathBuf, std::fs::File)> {
     let tc = setup::toolchain(cache)?;
-    let deb = setup::ensure_kernel_deb(cache, lock)?;
+    let deb = ensure_kernel_deb(cache, lock)?;
     let src = tree::ensure_unpacked(cache, lock, &deb)?;
     let guard = tree::lock(cache)?;
     tree::sync_series(&src, &Series::load(&paths::driver_dir())?)?;
@@ -232,7 +285,7 @@ fn prune(cache: &Path, flavor: &str, keep_key: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lock::KernelPin;
+    use crate::kbuild::pin::KernelPin;
 
     fn lock() -> Lock {
         Lock {
@@ -262,6 +315,29 @@ mod tests {
         let mut l = lock();
         l.kernel.version = "7.2.2-1".into();
         assert_ne!(k, cache_key(&l, &f, "tree1", "rustc 1.95"));
+    }
+
+    #[test]
+    fn closest_built_sibling_seeds_a_new_flavor() {
+        let root = tempfile::tempdir().unwrap();
+        let mk = |name: &str, cfg: &str, built: bool| {
+            let d = root.path().join(name);
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(d.join("lab-merged.config"), cfg).unwrap();
+            if built {
+                std::fs::write(d.join("vmlinux"), "").unwrap();
+            }
+        };
+        let base: String = (0..40).map(|i| format!("CONFIG_S{i}=y\n")).collect();
+        mk("perf", &format!("{base}CONFIG_P=y\n"), true);
+        mk("half", &format!("{base}CONFIG_C=y\n"), false);
+        mk("debug", &format!("{base}{}", (0..20).map(|i| format!("CONFIG_D{i}=y\n")).collect::<String>()), true);
+        let want = format!("{base}CONFIG_C=y\n");
+        let (diff, dir) = closest_sibling(root.path(), &want).expect("perf is close");
+        assert_eq!((diff, dir.file_name().unwrap().to_str().unwrap()), (2, "perf"));
+        // Too different: a full build is as cheap as a copy.
+        let far = format!("{base}{}", (0..9).map(|i| format!("CONFIG_F{i}=y\n")).collect::<String>());
+        assert_eq!(closest_sibling(root.path(), &far).map(|(_, d)| d), None);
     }
 
     #[test]

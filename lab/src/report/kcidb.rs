@@ -129,7 +129,7 @@ pub fn patchset_hash(patch_sha256s: &[String]) -> Option<String> {
         return None;
     }
     let text: String = patch_sha256s.iter().map(|h| format!("{h}\n")).collect();
-    Some(crate::util::sha256_hex(text.as_bytes()))
+    Some(crate::support::fs::sha256_hex(text.as_bytes()))
 }
 
 /// Log excerpts are kept short: the schema allows 16 KiB.
@@ -156,7 +156,7 @@ mod tests {
         assert_eq!(path(&["a", ""]), "a._");
         assert_eq!(id("x"), "binderlab:x");
         let h = patchset_hash(&["ab".into(), "cd".into()]).unwrap();
-        assert_eq!(h, crate::util::sha256_hex(b"ab\ncd\n"));
+        assert_eq!(h, crate::support::fs::sha256_hex(b"ab\ncd\n"));
         assert_eq!(patchset_hash(&[]), None);
         let long = "é".repeat(20_000);
         assert!(excerpt(&long).len() <= 16 * 1024);

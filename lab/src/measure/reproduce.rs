@@ -7,9 +7,12 @@
 //! - Seed 002 (deferred BR_TRANSACTION_COMPLETE): binder-sendvec with `defer_tc` off and on,
 //!   interleaved in one boot.
 
-use crate::bench::{self, Job, Profile, Row};
-use crate::run::{Outcome, RunOpts};
-use crate::stats::{self, Estimate};
+use crate::harness::opts::RunOpts;
+use crate::harness::outcome::Outcome;
+use crate::measure::bench::{self, Job, Profile};
+use crate::measure::samples::{self, Row, Samples};
+use crate::measure::stats::{self, Estimate};
+use crate::report::run_plan;
 use anyhow::{Context, Result};
 use labproto::Event;
 use serde::{Deserialize, Serialize};
@@ -82,7 +85,7 @@ pub struct SendVecRow {
 }
 
 pub fn seeds() -> Result<Seeds> {
-    toml::from_str(include_str!("../seeds.toml")).context("lab/seeds.toml")
+    toml::from_str(include_str!("../../seeds.toml")).context("lab/seeds.toml")
 }
 
 /// Direction of a change.
@@ -315,7 +318,7 @@ fn fmt_range(r: Option<(f64, f64)>, unit: &str) -> String {
 
 /// Seed 001's layout: the range over the runs, before (mutex) and after (spinlock), then
 /// the lab's median and Δ with CIs, and the spread (highest / lowest throughput).
-pub fn seed001_table(seed: &Seed001, samples: &bench::Samples, rows: &BTreeMap<String, Row>) -> String {
+pub fn seed001_table(seed: &Seed001, samples: &Samples, rows: &BTreeMap<String, Row>) -> String {
     let mut s = String::new();
     let w = 26;
     let _ = writeln!(
@@ -471,7 +474,7 @@ impl Sizes {
 /// Each seed's experiment: its runs, samples and summary.
 pub struct Experiment {
     pub outcomes: Vec<Outcome>,
-    pub samples: bench::Samples,
+    pub samples: Samples,
     pub rows: BTreeMap<String, Row>,
 }
 
@@ -483,8 +486,8 @@ impl Experiment {
 
     /// From saved events only (no runs): for re-analysing a finished reproduction.
     fn from_events(events: &[Event]) -> Experiment {
-        let samples = bench::collect(events);
-        Experiment { rows: bench::summarise(&samples), samples, outcomes: vec![] }
+        let samples = samples::collect(events);
+        Experiment { rows: samples::summarise(&samples), samples, outcomes: vec![] }
     }
 }
 
@@ -546,7 +549,7 @@ pub fn seed001(sizes: Sizes, base: &RunOpts) -> Result<Experiment> {
         for (mode, flavor) in [(0, "cbinder"), (1, base.flavor.as_str())] {
             let plan = bench::interleaved(&format!("seed001-{flavor}"), per_boot, &[job()], &[(mode, vec![])]);
             let opts = RunOpts { flavor: flavor.to_string(), ..base.clone() };
-            outcomes.push(crate::run::run_plan(&plan, &opts)?);
+            outcomes.push(run_plan(&plan, &opts)?);
         }
     }
     Ok(Experiment::new(outcomes))
@@ -561,7 +564,7 @@ pub fn seed002(sizes: Sizes, base: &RunOpts) -> Result<Experiment> {
     let modes: Vec<(u32, Vec<String>)> =
         [0u32, 1].iter().map(|m| (*m, vec!["--defer-tc".into(), m.to_string()])).collect();
     let plan = bench::interleaved("seed002", sizes.sendvec_reps, &[job], &modes);
-    Ok(Experiment::new(vec![crate::run::run_plan(&plan, base)?]))
+    Ok(Experiment::new(vec![run_plan(&plan, base)?]))
 }
 
 /// Known limits of the emulation, printed with the tables.
@@ -655,7 +658,7 @@ pub fn render(seeds: &Seeds, s0: &Experiment, s1: &Experiment, s2: &Experiment, 
 /// payload size per mode.
 fn write_plots(out: &Path, s1: &Experiment, s2: &Experiment) -> Result<()> {
     if let Some(row) = s1.rows.get("throughput.iterations_per_sec") {
-        crate::plots::bars(
+        crate::measure::plots::bars(
             &out.join("seed001-throughput.svg"),
             "Seed 001: binderThroughputTest -w 2, iterations/s (median, 95% CI)",
             row,
@@ -663,8 +666,8 @@ fn write_plots(out: &Path, s1: &Experiment, s2: &Experiment) -> Result<()> {
         )?;
     }
     let labels = ["defer_tc=0 (before)", "defer_tc=1 (after)"];
-    crate::plots::sendvec(&out.join("seed002-time.svg"), &s2.rows, "time_ns", &labels)?;
-    crate::plots::sendvec(&out.join("seed002-cpu.svg"), &s2.rows, "cpu_ns", &labels)
+    crate::measure::plots::sendvec(&out.join("seed002-time.svg"), &s2.rows, "time_ns", &labels)?;
+    crate::measure::plots::sendvec(&out.join("seed002-cpu.svg"), &s2.rows, "cpu_ns", &labels)
 }
 
 /// Runs the three experiments, then writes `reproduce.md` and `reproduce.json` to `out`.
@@ -699,12 +702,12 @@ pub fn run(profile: Profile, base: &RunOpts, out: &Path) -> Result<Reproduction>
 mod tests {
     use super::*;
 
-    fn rows_with(metric: &str, per_mode: &[(u32, &[f64])]) -> (bench::Samples, BTreeMap<String, Row>) {
-        let mut s: bench::Samples = BTreeMap::new();
+    fn rows_with(metric: &str, per_mode: &[(u32, &[f64])]) -> (Samples, BTreeMap<String, Row>) {
+        let mut s: Samples = BTreeMap::new();
         for (m, v) in per_mode {
             s.entry(metric.to_string()).or_default().insert(*m, v.to_vec());
         }
-        let rows = bench::summarise(&s);
+        let rows = samples::summarise(&s);
         (s, rows)
     }
 
