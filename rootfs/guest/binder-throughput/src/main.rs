@@ -56,7 +56,8 @@ impl Lcg {
 fn worker(num: usize, o: &Opts, p: &mut Chan) -> Result<(), String> {
     let dev = Device::open(DEVICE).map_err(|e| format!("open: {e}"))?;
     dev.set_max_threads(0).map_err(|e| e.to_string())?;
-    let _looper = Looper::spawn(dev.clone(), o.threads, None, |_, _| Reply::empty());
+    // Blocking loopers, as libbinder's joinThreadPool(): the driver sees them waiting.
+    let _looper = Looper::spawn_blocking(dev.clone(), o.threads, |_, _| Reply::empty());
     let mut b = Binder::from_device(dev);
     sm::add_service(&mut b, &service_name(num), 0x1000 + num as u64, num as u64)
         .map_err(|e| format!("add_service: {e}"))?;
