@@ -66,7 +66,10 @@ impl Built {
     /// published build, at least `Image` and `.config`. Keyed by the Image's content.
     pub fn external(flavor: &str, dir: &Path) -> Result<Built> {
         let image = std::fs::read(dir.join("Image")).with_context(|| {
-            format!("LAB_KERNEL={}: no readable Image there (it must name a kernel build's output directory)", dir.display())
+            format!(
+                "LAB_KERNEL={}: no readable Image there (it must name a kernel build's output directory)",
+                dir.display()
+            )
         })?;
         if !dir.join(".config").is_file() {
             bail!("LAB_KERNEL={}: no .config next to the Image (copy the build's .config there)", dir.display());

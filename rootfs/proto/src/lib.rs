@@ -181,7 +181,9 @@ mod tests {
         assert_eq!(splat_kind("---[ end Kernel panic - not syncing: x ]---"), None);
         assert_eq!(splat_kind("rcu: Hierarchical RCU implementation."), None);
         assert_eq!(
-            splat_kind("workqueue: work func f [m] enqueued on deprecated workqueue. Use system_{percpu|dfl}_wq instead."),
+            splat_kind(
+                "workqueue: work func f [m] enqueued on deprecated workqueue. Use system_{percpu|dfl}_wq instead."
+            ),
             Some("deprecated-workqueue")
         );
     }

@@ -1,9 +1,10 @@
 //! `fd_cycle_leak`: a binder file in a transaction queued in its own binder process.
 //!
-//! A process sends its own binder fd X in a BINDER_TYPE_FD object of a oneway transaction
-//! that stays queued in X's binder process (X is a context manager that never reads), then
-//! exits. The queued transaction holds the file until it is read, and only the file's
-//! release cancels queued work, so nothing would ever free that binder process (AF_UNIX
+//! A process holding binder fd X (a context manager that never reads) has a forked sender
+//! send X in a BINDER_TYPE_FD object of a oneway transaction to X's binder process, where
+//! it stays queued; both exit. The queued transaction holds the file until it is read, and
+//! only the file's release cancels queued work, so nothing would ever free that binder
+//! process (AF_UNIX
 //! breaks such cycles with its SCM_RIGHTS garbage collector). A binder file only works in the
 //! process that opened it, so the Rust driver refuses binder files in fd objects
 //! (rust-driver 0009): the transaction fails with BR_FAILED_REPLY (extended error -EPERM) and
@@ -41,8 +42,31 @@ struct Sent {
     extended_param: Option<i32>,
 }
 
-/// Child: becomes the context manager on fd X (accepting fds, never reading), sends a
-/// oneway transaction to handle 0 from fd Y carrying `what`, and exits. Returns what it saw
+/// The sender: from its own binder fd Y, a oneway transaction to handle 0 carrying `what`
+/// (X is inherited from the manager). Returns "result|extended error param".
+fn send(dev: &str, x: &Device, what: Carried) -> Result<String, String> {
+    let mut y = Binder::open(dev).map_err(|e| e.to_string())?;
+    let (pipe_r, _pipe_w) = std::io::pipe().map_err(|e| e.to_string())?;
+    let fd = match what {
+        Carried::Pipe => pipe_r.as_raw_fd(),
+        Carried::OtherBinder => y.raw_fd(),
+        Carried::Own => x.raw_fd(),
+    };
+    let mut p = Parcel::new();
+    p.write_object(Object::fd(fd));
+    let r = y.call_with(0, 1, &p, &CallOpts { flags: TF_ONE_WAY, ..Default::default() }, None);
+    let param = y.device().extended_error().map(|e| e.param.to_string()).unwrap_or_default();
+    let result = match r {
+        Ok(_) => "sent".to_string(),
+        Err(Error::FailedReply) => "failed_reply".to_string(),
+        Err(e) => format!("error: {e}"),
+    };
+    Ok(format!("{result}|{param}"))
+}
+
+/// Child: becomes the context manager on fd X (accepting fds, never reading); a forked
+/// sender (another process, since the C driver refuses handle 0 from the manager's own
+/// process) sends the transaction carrying `what`; both exit. Returns what the sender saw
 /// and the binder processes left once the driver had time to release them.
 fn send_and_exit(ctx: &Ctx, what: Carried) -> Result<(Sent, Vec<i32>), CaseError> {
     let dev = ctx.dev.clone();
@@ -51,22 +75,14 @@ fn send_and_exit(ctx: &Ctx, what: Carried) -> Result<(Sent, Vec<i32>), CaseError
             let x = Device::open(&dev).map_err(|e| e.to_string())?;
             x.become_context_manager_retry(Some(FLAT_BINDER_FLAG_ACCEPTS_FDS), Duration::from_secs(10))
                 .map_err(|e| e.to_string())?;
-            let mut y = Binder::open(&dev).map_err(|e| e.to_string())?;
-            let (pipe_r, _pipe_w) = std::io::pipe().map_err(|e| e.to_string())?;
-            let fd = match what {
-                Carried::Pipe => pipe_r.as_raw_fd(),
-                Carried::OtherBinder => y.raw_fd(),
-                Carried::Own => x.raw_fd(),
-            };
-            let mut p = Parcel::new();
-            p.write_object(Object::fd(fd));
-            let r = y.call_with(0, 1, &p, &CallOpts { flags: TF_ONE_WAY, ..Default::default() }, None);
-            let param = y.device().extended_error().map(|e| e.param.to_string()).unwrap_or_default();
-            Ok(format!("{}|{param}", match r {
-                Ok(_) => "sent".to_string(),
-                Err(Error::FailedReply) => "failed_reply".to_string(),
-                Err(e) => format!("error: {e}"),
-            }))
+            let mut sender = fork_child(|c| {
+                let _ = c.send(&send(&dev, &x, what).unwrap_or_else(|e| format!("child error: {e}|")));
+                0
+            })
+            .map_err(|e| e.to_string())?;
+            let line = sender.chan.recv(Duration::from_secs(15)).map_err(|e| e.to_string())?.unwrap_or_default();
+            sender.wait_timeout(Duration::from_secs(15));
+            Ok(line)
         })();
         let _ = chan.send(&r.unwrap_or_else(|e| format!("child error: {e}|")));
         0
@@ -110,6 +126,7 @@ pub fn fd_cycle_leak(ctx: &Ctx, data: &mut Data) -> CaseResult {
     data.insert("own_binder_fd".into(), json!({"result": own.result, "param": own.extended_param, "left": procs}));
     match ctx.driver {
         Driver::Rust => {
+            check!(left.is_empty(), "the fd-cycle leak: binder processes {left:?} are never released");
             for (what, s) in [("another binder fd", &other), ("the target's own binder fd", &own)] {
                 check!(
                     s.result == "failed_reply" && s.extended_param == Some(-libc::EPERM),
@@ -118,7 +135,6 @@ pub fn fd_cycle_leak(ctx: &Ctx, data: &mut Data) -> CaseResult {
                     s.extended_param
                 );
             }
-            check!(left.is_empty(), "binder processes {left:?} remain after the refused transaction");
             data.insert(SUMMARY.into(), json!("binder fds refused (EPERM); nothing left"));
         }
         Driver::C => {
@@ -128,7 +144,10 @@ pub fn fd_cycle_leak(ctx: &Ctx, data: &mut Data) -> CaseResult {
             let m = if left.is_empty() {
                 "C driver: no leak left (the cycle was broken)".to_string()
             } else {
-                format!("C driver: known leak, {} binder process(es) never released (documented difference)", left.len())
+                format!(
+                    "C driver: known leak, {} binder process(es) never released (documented difference)",
+                    left.len()
+                )
             };
             data.insert(SUMMARY.into(), json!(m));
         }
