@@ -17,6 +17,7 @@ const CASES: &[&str] = &[
     "death_notification",
     "refcounts",
     "fd_passing",
+    "nonblocking_read",
     "free_buffer",
     "service_manager",
     "tc_deferral",
@@ -26,6 +27,7 @@ const CASES: &[&str] = &[
     "bad_offsets",
     "bad_oversized",
     "bad_unknown_command",
+    "fd_cycle_leak",
     "leaks",
 ];
 
@@ -67,9 +69,12 @@ fn conformance(flavor: &str) {
         pages["refilled"].as_u64().unwrap(),
     );
     assert!(dropped < freed && refilled > dropped, "{pages}");
-    // The seed-002 case follows the deferral switch (rust-driver patch 0004) in both modes.
+    // The seed-002 case follows the deferral switch (rust-driver/lab/) in both modes.
     let tc = o.data("tc_deferral").unwrap();
     assert_eq!(tc["checked"], serde_json::json!(["immediate (defer_tc=0)", "deferred (defer_tc=1)"]), "{tc}");
+    // The fd cycle cannot form: the Rust driver refuses a binder fd in a fd object.
+    let cycle = o.data("fd_cycle_leak").unwrap();
+    assert_eq!(cycle["own_binder_fd"]["result"], "failed_reply", "{cycle}");
 }
 
 fn fuzz(flavor: &str) {

@@ -26,7 +26,12 @@ pub struct Prepared {
 pub fn prepare(opts: &RunOpts, plan: Plan, dir: &Path) -> Result<Prepared> {
     let cache = paths::cache();
     let (board, board_sha256) = load_board_file(&opts.board, opts.smp, opts.memory.as_deref())?;
-    let kernel = kernel::build(&opts.flavor)?;
+    // LAB_KERNEL boots a kernel built elsewhere, e.g. from a private tree while the shared
+    // one is busy; the manifest records its Image's hash as the key.
+    let kernel = match std::env::var_os("LAB_KERNEL") {
+        Some(dir) => kernel::Built::external(&opts.flavor, Path::new(&dir))?,
+        None => kernel::build(&opts.flavor)?,
+    };
     let base = std::fs::read(dtb::qemu_dtb(&cache, &board)?)?;
     let dtb = dir.join("board.dtb");
     std::fs::write(&dtb, board::generate_dtb(&board, &base)?)?;

@@ -119,6 +119,18 @@ mod tests {
     }
 
     #[test]
+    fn deprecated_workqueue_warning_is_a_splat() {
+        let l = lines(
+            "[ 1.0] Run /init as init process\n\
+             [ 1.5] workqueue: work func _RNvXs_NtCs7_11rust_binder7processNtB4_7ProcessNtNtCs1_6kernel9workqueue\
+             8WorkItem3run enqueued on deprecated workqueue. Use system_{percpu|dfl}_wq instead.\n\
+             [ 1.6] ok\n",
+        );
+        let s = scan(&l);
+        assert_eq!(s.iter().map(|s| (s.kind, s.line)).collect::<Vec<_>>(), [("deprecated-workqueue", 1)]);
+    }
+
+    #[test]
     fn clean_boot_has_no_splats() {
         let l = lines("[ 0.0] Booting Linux\n[ 0.1] INFO: some info\n[ 0.2] rcu: Hierarchical RCU implementation.\n");
         assert!(scan(&l).is_empty());

@@ -62,6 +62,22 @@ pub struct Built {
 }
 
 impl Built {
+    /// A kernel built outside the cache (`LAB_KERNEL=DIR`): a directory laid out like a
+    /// published build, at least `Image` and `.config`. Keyed by the Image's content.
+    pub fn external(flavor: &str, dir: &Path) -> Result<Built> {
+        let image = std::fs::read(dir.join("Image")).with_context(|| {
+            format!(
+                "LAB_KERNEL={}: no readable Image there (it must name a kernel build's output directory)",
+                dir.display()
+            )
+        })?;
+        if !dir.join(".config").is_file() {
+            bail!("LAB_KERNEL={}: no .config next to the Image (copy the build's .config there)", dir.display());
+        }
+        let key = format!("external-{}", &sha256_hex(&image)[..16]);
+        Ok(Built { flavor: flavor.into(), key, dir: dir.to_path_buf() })
+    }
+
     pub fn image(&self) -> PathBuf {
         self.dir.join("Image")
     }
@@ -422,6 +438,19 @@ mod tests {
         // Too different: a full build is as cheap as a copy.
         let far = format!("{base}{}", (0..9).map(|i| format!("CONFIG_F{i}=y\n")).collect::<String>());
         assert_eq!(closest_sibling(root.path(), &far).map(|(_, d)| d), None);
+    }
+
+    #[test]
+    fn external_kernel_needs_image_and_config() {
+        let d = tempfile::tempdir().unwrap();
+        let e = Built::external("perf", d.path()).unwrap_err().to_string();
+        assert!(e.contains("no readable Image"), "{e}");
+        std::fs::write(d.path().join("Image"), b"image").unwrap();
+        assert!(Built::external("perf", d.path()).unwrap_err().to_string().contains("no .config"));
+        std::fs::write(d.path().join(".config"), b"CONFIG_A=y\n").unwrap();
+        let b = Built::external("debug", d.path()).unwrap();
+        assert_eq!((b.flavor.as_str(), b.key.len()), ("debug", "external-".len() + 16));
+        assert_eq!(b.image(), d.path().join("Image"));
     }
 
     #[test]

@@ -86,23 +86,42 @@ fn unpack_into(tmp: &Path, lock: &Lock, deb: &Path) -> Result<()> {
     write_atomic(&tmp.join(".git/lab-base"), base.as_bytes())
 }
 
-/// The series: `series` lists patch files, one per line (`#` comments allowed).
+/// The lab-only series (the deferral switch): `rust-driver/lab/`, applied after the
+/// upstream-bound series in `rust-driver/`, so that one stands alone on the pinned tree.
+pub const LAB_SUBDIR: &str = "lab";
+/// A commit whose message has this trailer belongs to the lab-only series.
+pub const LAB_TRAILER: &str = "Lab-only:";
+
+/// The series: `series` lists patch files, one per line (`#` comments allowed), then the
+/// lab-only series' patches from `lab/series`, named `lab/<file>`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Series {
     pub dir: PathBuf,
     pub patches: Vec<String>,
 }
 
+fn series_list(dir: &Path, prefix: &str) -> Result<Vec<String>> {
+    let path = dir.join(prefix).join("series");
+    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let patches: Vec<String> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|l| if prefix.is_empty() { l.to_string() } else { format!("{prefix}/{l}") })
+        .collect();
+    for p in &patches {
+        if !dir.join(p).is_file() {
+            bail!("{}: lists {p}, which does not exist in {}", path.display(), dir.display());
+        }
+    }
+    Ok(patches)
+}
+
 impl Series {
     pub fn load(dir: &Path) -> Result<Series> {
-        let path = dir.join("series");
-        let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-        let patches: Vec<String> =
-            text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')).map(str::to_string).collect();
-        for p in &patches {
-            if !dir.join(p).is_file() {
-                bail!("{}: lists {p}, which does not exist in {}", path.display(), dir.display());
-            }
+        let mut patches = series_list(dir, "")?;
+        if dir.join(LAB_SUBDIR).join("series").is_file() {
+            patches.extend(series_list(dir, LAB_SUBDIR)?);
         }
         Ok(Series { dir: dir.to_path_buf(), patches })
     }
@@ -248,7 +267,8 @@ pub fn reset(tree: &Path, series: &Series) -> Result<()> {
 }
 
 /// Writes the tree's commits since the base back as the series (exact round trip with
-/// `sync_series`). Files not produced here (a cover letter) are left alone.
+/// `sync_series`): commits with the [`LAB_TRAILER`] go to `lab/`, the others to `dir`. Files
+/// not produced here (a cover letter) are left alone.
 pub fn export(tree: &Path, dir: &Path) -> Result<Vec<String>> {
     let base = stamp(tree, "lab-base").context("tree has no base stamp")?;
     let dirty = git_out(tree, &["status", "--porcelain", "--untracked-files=no"])?;
@@ -258,26 +278,67 @@ pub fn export(tree: &Path, dir: &Path) -> Result<Vec<String>> {
             tree.display()
         ));
     }
+    let split = lab_split(tree, &base)?;
     let old = Series::load(dir).map(|s| s.patches).unwrap_or_default();
-    let staged = tempfile::Builder::new().prefix(".export.").tempdir_in(dir)?;
-    let tmp = staged.path();
-    output(git(tree).args(format_patch_args()).arg("-o").arg(tmp).arg(format!("{base}..HEAD")))?;
-    let mut names: Vec<String> =
-        std::fs::read_dir(&tmp)?.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
-    names.sort();
     for p in &old {
         let _ = std::fs::remove_file(dir.join(p));
     }
+    let mut names = export_range(tree, &format!("{base}..{split}"), dir, SERIES_HEADER)?;
+    let lab_dir = dir.join(LAB_SUBDIR);
+    if split != git_out(tree, &["rev-parse", "HEAD"])? || lab_dir.join("series").is_file() {
+        std::fs::create_dir_all(&lab_dir)?;
+        let lab = export_range(tree, &format!("{split}..HEAD"), &lab_dir, LAB_SERIES_HEADER)?;
+        names.extend(lab.into_iter().map(|n| format!("{LAB_SUBDIR}/{n}")));
+    }
+    set_stamps(tree, &Series::load(dir)?.hash()?)?;
+    Ok(names)
+}
+
+const SERIES_HEADER: &str = "# Applied in order on the pinned kernel by `cargo make kernel`.\n";
+const LAB_SERIES_HEADER: &str = "# Lab-only patches (commits with a `Lab-only:` trailer), applied after ../series.\n";
+
+/// The last commit of the upstream-bound series: lab-only commits must all come after it.
+fn lab_split(tree: &Path, base: &str) -> Result<String> {
+    let log = git_out(tree, &["log", "--reverse", "--format=%H %s%x00%B%x01", &format!("{base}..HEAD")])?;
+    let mut split = base.to_string();
+    let mut first_lab: Option<String> = None;
+    for entry in log.split('\x01').map(str::trim).filter(|e| !e.is_empty()) {
+        let (head, body) = entry.split_once('\0').unwrap_or((entry, ""));
+        let (id, subject) = head.split_once(' ').unwrap_or((head, ""));
+        if body.lines().any(|l| l.starts_with(LAB_TRAILER)) {
+            first_lab.get_or_insert_with(|| subject.to_string());
+        } else if let Some(lab) = &first_lab {
+            bail!(
+                "commit \"{subject}\" comes after the lab-only commit \"{lab}\": the series in rust-driver/ must \
+                 stand alone, so lab-only commits (`{LAB_TRAILER}` trailer) go last. Reorder with `git rebase -i` \
+                 in {}, then export again.",
+                tree.display()
+            );
+        } else {
+            split = id.to_string();
+        }
+    }
+    Ok(split)
+}
+
+/// format-patch of `range` into `dir`, and its `series` file; returns the patch names.
+fn export_range(tree: &Path, range: &str, dir: &Path, header: &str) -> Result<Vec<String>> {
+    // Removed when dropped, also on an error.
+    let staged = tempfile::Builder::new().prefix(".export.").tempdir_in(dir)?;
+    let tmp = staged.path();
+    output(git(tree).args(format_patch_args()).arg("-o").arg(tmp).arg(range))?;
+    let mut names: Vec<String> =
+        std::fs::read_dir(&tmp)?.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+    names.sort();
     for n in &names {
         std::fs::rename(tmp.join(n), dir.join(n))?;
     }
-    let mut series = String::from("# Applied in order on the pinned kernel by `cargo make kernel`.\n");
+    let mut series = String::from(header);
     for n in &names {
         series.push_str(n);
         series.push('\n');
     }
     write_atomic(&dir.join("series"), series.as_bytes())?;
-    set_stamps(tree, &Series::load(dir)?.hash()?)?;
     Ok(names)
 }
 
@@ -399,6 +460,42 @@ pub(crate) mod tests {
         assert_eq!(again, names);
         let after: Vec<Vec<u8>> = names.iter().map(|n| std::fs::read(dir.join(n)).unwrap()).collect();
         assert_eq!(before, after);
+    }
+
+    #[test]
+    fn lab_only_commits_export_to_their_own_series() {
+        let (_d, tree, dir) = fixture();
+        commit(&tree, "drivers/a.rs", "fn a() { b() }\n", "rust_binder: one\n\nWhy one.");
+        commit(&tree, "drivers/a.rs", "fn a() { c() }\n", "rust_binder: switch\n\nWhy.\n\nLab-only: yes");
+        let names = export(&tree, &dir).unwrap();
+        assert_eq!(names, ["0001-rust_binder-one.patch", "lab/0001-rust_binder-switch.patch"]);
+        assert!(std::fs::read_to_string(dir.join("series")).unwrap().ends_with("\n0001-rust_binder-one.patch\n"));
+        let lab = std::fs::read_to_string(dir.join("lab/series")).unwrap();
+        assert!(lab.ends_with("\n0001-rust_binder-switch.patch\n"), "{lab}");
+        let series = Series::load(&dir).unwrap();
+        assert_eq!(series.patches, names);
+        let with_lab = series.hash().unwrap();
+
+        // Both series are applied (lab last), and the exported bytes round-trip exactly.
+        let before: Vec<Vec<u8>> = names.iter().map(|n| std::fs::read(dir.join(n)).unwrap()).collect();
+        reset(&tree, &series).unwrap();
+        assert_eq!(std::fs::read_to_string(tree.join("drivers/a.rs")).unwrap(), "fn a() { c() }\n");
+        assert_eq!(export(&tree, &dir).unwrap(), names);
+        let after: Vec<Vec<u8>> = names.iter().map(|n| std::fs::read(dir.join(n)).unwrap()).collect();
+        assert_eq!(before, after);
+
+        // The lab series is part of the content hash, so of the kernel's cache key.
+        std::fs::write(dir.join("lab/series"), "").unwrap();
+        assert_ne!(Series::load(&dir).unwrap().hash().unwrap(), with_lab);
+    }
+
+    #[test]
+    fn lab_only_commit_before_an_upstream_one_is_refused() {
+        let (_d, tree, dir) = fixture();
+        commit(&tree, "drivers/a.rs", "fn a() { b() }\n", "rust_binder: switch\n\nLab-only: yes");
+        commit(&tree, "drivers/a.rs", "fn a() { c() }\n", "rust_binder: two");
+        let e = export(&tree, &dir).unwrap_err().to_string();
+        assert!(e.contains("\"rust_binder: two\" comes after the lab-only commit") && e.contains("rebase -i"), "{e}");
     }
 
     #[test]

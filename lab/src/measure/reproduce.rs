@@ -578,7 +578,7 @@ pub const LIMITS: &[&str] = &[
     "Seed 001 compared the C driver's alloc->mutex with a spinlock in the same driver; the lab's \"after\" is the \
      Rust driver, which keeps buffer metadata under spinlocks but differs in other ways too. Nothing here holds \
      the lock at low priority, so the priority inversion the seed describes has no trigger.",
-    "Seed 002's \"before\" is the Rust driver with `rust_binder.defer_tc=0` (rust-driver patch 0005), not the \
+    "Seed 002's \"before\" is the Rust driver with `rust_binder.defer_tc=0` (lab-only series rust-driver/lab/), not the \
      2017 C driver.",
 ];
 

@@ -217,6 +217,8 @@ pub const SPLAT_PATTERNS: &[(&str, &str)] = &[
     ("panicked at", "rust-panic"),
     ("UBSAN:", "ubsan"),
     ("kernel BUG at", "bug"),
+    // pr_warn_once() from __queue_work(): a caller still uses system_wq or system_unbound_wq.
+    ("enqueued on deprecated workqueue", "deprecated-workqueue"),
 ];
 
 /// The kind of splat a kernel log message (without its timestamp) starts, if any.
@@ -261,6 +263,12 @@ mod tests {
         assert_eq!(splat_kind("INFO: lockdep is turned off."), None);
         assert_eq!(splat_kind("---[ end Kernel panic - not syncing: x ]---"), None);
         assert_eq!(splat_kind("rcu: Hierarchical RCU implementation."), None);
+        assert_eq!(
+            splat_kind(
+                "workqueue: work func f [m] enqueued on deprecated workqueue. Use system_{percpu|dfl}_wq instead."
+            ),
+            Some("deprecated-workqueue")
+        );
     }
 
     #[test]

@@ -1,12 +1,12 @@
 //! The Rust binder's switch for deferring BR_TRANSACTION_COMPLETE (seed 002), added by
-//! rust-driver patch 0005: "1" keeps a synchronous call's completion until the reply (the
+//! the lab-only series rust-driver/lab/: "1" keeps a synchronous call's completion until the reply (the
 //! default), "0" returns it at once.
 
 pub use labproto::DEFER_TC_FILE as FILE;
 
 /// Why `--defer-tc` cannot work on a kernel without the switch.
 pub const MISSING: &str =
-    "this kernel has no rust_binder/defer_tc; it needs rust-driver patch 0005 (C driver: deferral is always on)";
+    "this kernel has no rust_binder/defer_tc; it needs the lab-only series rust-driver/lab/ (C driver: deferral is always on)";
 
 /// Checks a `--defer-tc` value: 0 or 1.
 pub fn check(v: u32) -> Result<u32, String> {

@@ -14,6 +14,7 @@ use binder::looper::Looper;
 use binder::parcel::{Object, Parcel};
 use binder::protocol::Return;
 use binder::testkit::child::fork_child;
+use binder::testkit::kmsg::{self, Kmsg};
 use binder::testkit::payload;
 use binder::testkit::rng::mix;
 use binder::testkit::Driver;
@@ -700,4 +701,49 @@ pub fn service_manager(ctx: &Ctx, data: &mut Data) -> CaseResult {
     service.stop()?;
     smgr.stop()?;
     check_no_buffers(data, getpid())
+}
+
+/// Kernel log records since `k` was last read that report a failed binder read.
+fn read_failures(k: &mut Kmsg) -> Vec<String> {
+    // The driver's warnings end without a newline and stay open until the next record.
+    kmsg::mark("binder-conformance: nonblocking_read checkpoint");
+    k.read_new().into_iter().map(|r| r.text).filter(|t| t.contains("Read failure")).collect()
+}
+
+/// A non-blocking read with no work returns EAGAIN and logs nothing: that is the expected
+/// answer, not a failure (the C driver is silent too). A real failure stays visible: a read
+/// into an unwritable buffer fails with EFAULT and the Rust driver logs "Read failure".
+pub fn nonblocking_read(ctx: &Ctx, data: &mut Data) -> CaseResult {
+    let c = Device::open(&ctx.dev)?;
+    c.set_nonblocking(true).ctx("O_NONBLOCK")?;
+    let mut k = Kmsg::open_at_end().ctx("opening /dev/kmsg")?;
+    // A new thread's first read returns at once with BR_NOOP on the C driver (its
+    // looper_need_return starts set); the reads after it are the ones that would block.
+    let mut buf = [0u8; 256];
+    let _ = c.write_read(&[], &mut buf);
+    let _ = read_failures(&mut k);
+    for i in 0..20 {
+        let mut buf = [0u8; 256];
+        let r = c.write_read(&[], &mut buf);
+        check!(
+            matches!(&r, Err(e) if e.raw_os_error() == Some(libc::EAGAIN)),
+            "non-blocking read {i} with no work: want EAGAIN, got {r:?}"
+        );
+    }
+    let logged = read_failures(&mut k);
+    data.insert("eagain_read_failure_lines".into(), json!(logged.len()));
+    check!(logged.is_empty(), "20 EAGAIN reads logged {} line(s), e.g. {:?}", logged.len(), logged.first());
+
+    let mut bwr = binder_write_read { read_size: 256, read_buffer: 8, ..Default::default() };
+    let r = c.write_read_raw(&mut bwr);
+    check!(
+        matches!(&r, Err(e) if e.raw_os_error() == Some(libc::EFAULT)),
+        "read into an unwritable buffer: want EFAULT, got {r:?}"
+    );
+    let logged = read_failures(&mut k);
+    data.insert("efault_read_failure_lines".into(), logged.iter().take(2).cloned().collect::<Vec<_>>().into());
+    if ctx.driver == Driver::Rust {
+        check!(!logged.is_empty(), "an EFAULT read was not logged: real failures must stay visible");
+    }
+    Ok(())
 }

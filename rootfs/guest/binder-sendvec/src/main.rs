@@ -6,7 +6,7 @@
 //!
 //! Options: `-i N` fixed iterations per size (default: adaptive, doubling until a size has run
 //! for `--min-time` seconds, 0.5), `--max-size B` (1024), `--ctabs-mode N`, `--defer-tc 0|1`
-//! (seed 002's deferral of BR_TRANSACTION_COMPLETE, rust-driver patch 0005; recorded as
+//! (seed 002's deferral of BR_TRANSACTION_COMPLETE, lab-only series rust-driver/lab/; recorded as
 //! "defer_tc", the value in effect, also without the option).
 
 use benchkit::proc::{fork, Chan};

@@ -6,7 +6,7 @@
 //!
 //! Options: `-w N` (2), `-i N` (10000), `-s BYTES` (0), `-p` (client/server pairs), `-t`
 //! (a training round first), `--threads N` looper threads per worker (2),
-//! `--ctabs-mode N`, `--defer-tc 0|1` (rust-driver patch 0005: deferral of
+//! `--ctabs-mode N`, `--defer-tc 0|1` (the lab-only rust-driver/lab/ series: deferral of
 //! BR_TRANSACTION_COMPLETE off/on; the value in effect is recorded as "defer_tc").
 
 use benchkit::proc::{fork, Chan, Child};
@@ -56,7 +56,8 @@ impl Lcg {
 fn worker(num: usize, o: &Opts, p: &mut Chan) -> Result<(), String> {
     let dev = Device::open(DEVICE).map_err(|e| format!("open: {e}"))?;
     dev.set_max_threads(0).map_err(|e| e.to_string())?;
-    let _looper = Looper::spawn(dev.clone(), o.threads, None, |_, _| Reply::empty());
+    // Blocking loopers, as libbinder's joinThreadPool(): the driver sees them waiting.
+    let _looper = Looper::spawn_blocking(dev.clone(), o.threads, |_, _| Reply::empty());
     let mut b = Binder::from_device(dev);
     sm::add_service(&mut b, &service_name(num), 0x1000 + num as u64, num as u64)
         .map_err(|e| format!("add_service: {e}"))?;

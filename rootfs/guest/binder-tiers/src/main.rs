@@ -96,7 +96,8 @@ fn serve(threads: usize, ready: &mut Chan) -> i32 {
         eprintln!("binder-tiers server: context manager: {e}");
         return 2;
     }
-    let _looper = Looper::spawn(dev, threads, None, |_, _| {
+    // Blocking loopers, as libbinder's thread pool: the driver sees them waiting (CTABS picks among them).
+    let _looper = Looper::spawn_blocking(dev, threads, |_, _| {
         // SAFETY: sched_getscheduler(0) queries the calling thread; no preconditions.
         let policy = unsafe { libc::sched_getscheduler(0) };
         let mut r = cpu_now().to_le_bytes().to_vec();

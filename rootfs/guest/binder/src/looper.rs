@@ -26,7 +26,34 @@ impl Looper {
     /// Starts `threads` looper threads (BC_ENTER_LOOPER) on `dev`. Each records its
     /// notifications into `events` if given. The handler may make nested calls through
     /// the `&mut Binder` it gets.
+    ///
+    /// Idle threads wait in poll() and look at the stop flag every 100 ms, so the driver never
+    /// sees them as waiting threads: it queues work for the process and wakes the pollers.
     pub fn spawn<F>(dev: Arc<Device>, threads: usize, events: Option<EventLog>, handler: F) -> Looper
+    where
+        F: Fn(&mut Binder, &Incoming) -> Reply + Send + Sync + 'static,
+    {
+        Self::spawn_waiting(dev, threads, events, Some(POLL), handler)
+    }
+
+    /// Like [`Looper::spawn`], but idle threads block in BINDER_WRITE_READ, as libbinder's
+    /// thread pool does: the driver registers them as waiting threads and hands work to one
+    /// directly (the path CTABS chooses on). [`Looper::stop`] wakes them with the driver's
+    /// flush.
+    pub fn spawn_blocking<F>(dev: Arc<Device>, threads: usize, handler: F) -> Looper
+    where
+        F: Fn(&mut Binder, &Incoming) -> Reply + Send + Sync + 'static,
+    {
+        Self::spawn_waiting(dev, threads, None, None, handler)
+    }
+
+    fn spawn_waiting<F>(
+        dev: Arc<Device>,
+        threads: usize,
+        events: Option<EventLog>,
+        wait: Option<Duration>,
+        handler: F,
+    ) -> Looper
     where
         F: Fn(&mut Binder, &Incoming) -> Reply + Send + Sync + 'static,
     {
@@ -44,7 +71,7 @@ impl Looper {
                         if let Some(l) = events {
                             b.set_event_log(l);
                         }
-                        let r = Self::run(&mut b, &stop, &served, &*handler);
+                        let r = Self::run(&mut b, wait, &stop, &served, &*handler);
                         // Leave the thread pool cleanly: the driver frees its thread state.
                         let _ = b.flush();
                         let exit = b.thread_exit();
@@ -56,11 +83,17 @@ impl Looper {
         Looper { dev, stop, served, threads }
     }
 
-    fn run(b: &mut Binder, stop: &AtomicBool, served: &AtomicU64, handler: &SharedHandler) -> Result<()> {
+    fn run(
+        b: &mut Binder,
+        wait: Option<Duration>,
+        stop: &AtomicBool,
+        served: &AtomicU64,
+        handler: &SharedHandler,
+    ) -> Result<()> {
         b.enter_looper()?;
         let mut h = |b: &mut Binder, inc: &Incoming| handler(b, inc);
         while !stop.load(Ordering::SeqCst) {
-            if b.serve_step(Some(POLL), &mut h)?.is_some() {
+            if b.serve_step(wait, &mut h)?.is_some() {
                 served.fetch_add(1, Ordering::Relaxed);
             }
         }

@@ -25,6 +25,8 @@ use std::time::{Duration, Instant};
 const DEVICE: &str = "/dev/binderfs/binder";
 const MODE_FILE: &str = "/sys/kernel/debug/rust_binder/ctabs";
 const STATS_FILE: &str = "/sys/kernel/debug/rust_binder/ctabs_stats";
+/// Decisions are counted only while this is 1 (the counters are shared by all CPUs).
+const COUNTING_FILE: &str = "/sys/kernel/debug/rust_binder/ctabs_counting";
 const CODE_PING: u32 = 1;
 /// Share of same-CPU or same-cluster picks that scoring must reach.
 const LOCAL_SHARE_MIN: f64 = 0.95;
@@ -43,6 +45,11 @@ fn pin(cpu: u32) -> Result<()> {
         return Err(format!("pin to cpu{cpu}: {}", std::io::Error::last_os_error()));
     }
     Ok(())
+}
+
+fn set_counting(on: bool) -> Result<()> {
+    std::fs::write(COUNTING_FILE, if on { "1\n" } else { "0\n" })
+        .map_err(|e| format!("{COUNTING_FILE}: {e} (a kernel without rust-driver 0002's counting switch?)"))
 }
 
 fn set_mode(m: u32) -> Result<()> {
@@ -339,13 +346,29 @@ impl Args {
     }
 }
 
-/// Mode 1 must keep ≥95% of picks local with servers on every CPU and one client per
-/// cluster; mode 0 (list order) is measured for comparison.
+/// What a mode must show in `affinity`, beyond error-free calls: `None` if it does.
+/// Modes 1-3 keep ≥95% of picks local; mode 3 must also have woken servers on the caller's
+/// CPU. Mode 0 (list order) and mode 2's nudge (inert by design) are reported, not judged.
+fn affinity_problem(m: u32, d: &BTreeMap<String, u64>) -> Option<String> {
+    let share = local_share(d);
+    if m >= 1 && !share.is_some_and(|s| s >= LOCAL_SHARE_MIN) {
+        return Some(format!("mode {m}: local share {share:?}, need {LOCAL_SHARE_MIN}"));
+    }
+    let woken = d.get("woken_on_caller_cpu").copied().unwrap_or(0);
+    if m == 3 && woken == 0 {
+        return Some("mode 3: no thread was woken on the caller's CPU (woken_on_caller_cpu 0)".into());
+    }
+    None
+}
+
+/// Picks per mode with servers on every CPU and one client per cluster (see
+/// [`affinity_problem`] for what is judged).
 fn affinity(a: &Args) -> Result<bool> {
     let iters = a.get("iters", 300u64);
     let servers: Vec<Option<u32>> = a.list("server-cpus", "0,1,2,3,4,5,6,7").into_iter().map(Some).collect();
     let clients: Vec<Option<u32>> = a.list("client-cpus", "1,5,7").into_iter().map(Some).collect();
-    let modes = a.list("modes", "0,1,2");
+    let modes = a.list("modes", "0,1,2,3");
+    set_counting(true)?;
     let server = Server::start(&servers)?;
     let mut ok = true;
     for &m in &modes {
@@ -361,25 +384,27 @@ fn affinity(a: &Args) -> Result<bool> {
         // Mode 0's shares depend on the order threads happen to wait in, and the same-CPU
         // share on how fast a server gets back to waiting (lower on the debug kernel): both
         // are reported, not judged. KUnit tests the preference itself.
-        let pass = seen.errors == 0 && (m == 0 || share.is_some_and(|s| s >= LOCAL_SHARE_MIN));
-        ok &= pass;
+        let problem = match seen.errors {
+            0 => affinity_problem(m, &d),
+            n => Some(format!("mode {m}: {n} failed calls")),
+        };
+        ok &= problem.is_none();
+        // Where the servers ran, as the clients saw it (the reply carries the server's CPU).
+        let client_same_cpu = (seen.calls > 0).then(|| seen.same_cpu as f64 / seen.calls as f64);
         report(
             &format!("affinity_mode{m}"),
-            if pass { Status::Pass } else { Status::Fail },
+            if problem.is_none() { Status::Pass } else { Status::Fail },
             t.elapsed().as_secs_f64() * 1000.0,
-            (!pass).then(|| {
-                format!(
-                    "mode {m}: local share {share:?} (need {LOCAL_SHARE_MIN} for modes 1-2), {} errors",
-                    seen.errors
-                )
-            }),
+            problem,
             json!({ "mode": m, "mode_read": mode_read, "counters": d, "local_share": share,
                     "same_cpu_share": same_cpu_share(&d), "client_view": seen.json(),
+                    "client_same_cpu_share": client_same_cpu,
                     "server_cpus": a.list("server-cpus", "0,1,2,3,4,5,6,7"), "client_cpus": a.list("client-cpus", "1,5,7") }),
         );
     }
     drop(server);
     set_mode(0)?;
+    set_counting(false)?;
     Ok(ok)
 }
 
@@ -455,7 +480,7 @@ fn toggle(a: &Args) -> Result<bool> {
     if pid == 0 {
         let mut m = 0;
         while Instant::now() < until {
-            m = (m + 1) % 3;
+            m = (m + 1) % 4;
             let _ = set_mode(m);
             std::thread::sleep(Duration::from_millis(1));
         }
