@@ -5,10 +5,11 @@
 //!   toolchain) by rename, only after make succeeded: an interrupted build never leaves
 //!   something that looks complete, and an unchanged input is a no-op.
 
+use crate::flavor::{self, Flavor};
 use crate::kconfig::Fragment;
 use crate::lock::Lock;
 use crate::setup::Toolchain;
-use crate::tree::{self, Series};
+use crate::tree;
 use crate::util::{run_logged, sha256_hex, write_atomic};
 use crate::{paths, setup};
 use anyhow::{bail, Context, Result};
@@ -23,31 +24,15 @@ const ARTIFACTS: [&str; 4] = ["Image", "vmlinux", ".config", "System.map"];
 /// Published builds kept per flavor.
 const KEEP: usize = 4;
 
-/// Kernel flavors: base.config plus `<flavor>.config`.
+/// Kernel flavors: `kernel-config/<flavor>.config` on base.config, and the composed ones of
+/// `kernel-config/flavors.toml` (see [`crate::flavor`]).
 pub fn flavors() -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(paths::kernel_config_dir())
-        .map(|rd| {
-            rd.flatten()
-                .filter_map(|e| e.file_name().to_str()?.strip_suffix(".config").map(str::to_string))
-                .filter(|n| n != "base")
-                .collect()
-        })
-        .unwrap_or_default();
-    v.sort();
-    v
+    flavor::names()
 }
 
 /// The merged fragment for a flavor.
-pub fn fragment(flavor: &str) -> Result<Fragment> {
-    let dir = paths::kernel_config_dir();
-    let f = dir.join(format!("{flavor}.config"));
-    if !f.is_file() {
-        bail!(
-            "unknown kernel flavor {flavor:?}; known: {} (each is kernel-config/<flavor>.config)",
-            flavors().join(", ")
-        );
-    }
-    Ok(Fragment::merge(&[Fragment::load(&dir.join("base.config"))?, Fragment::load(&f)?]))
+pub fn fragment(name: &str) -> Result<Fragment> {
+    Ok(flavor::load(name)?.config)
 }
 
 /// A published build.
@@ -87,11 +72,13 @@ fn artifacts_dir(cache: &Path, flavor: &str, key: &str) -> PathBuf {
 }
 
 /// Builds (or finds) the kernel for `flavor`.
-pub fn build(flavor: &str) -> Result<Built> {
+pub fn build(name: &str) -> Result<Built> {
     let cache = paths::cache();
-    let merged = fragment(flavor)?;
+    let fl = flavor::load(name)?;
+    let flavor = fl.name.as_str();
+    let merged = fl.config.clone();
     let lock = Lock::load(&Lock::path())?;
-    let (tc, src, _tree_lock) = prepared_tree(&cache, &lock)?;
+    let (tc, src, _tree_lock) = prepared_tree(&cache, &lock, &fl)?;
 
     let state = tree::state_hash(&src)?;
     let key = cache_key(&lock, &merged, &state, &tc.fingerprint()?);
@@ -102,7 +89,7 @@ pub fn build(flavor: &str) -> Result<Built> {
         return Ok(built);
     }
 
-    let obj = cache.join("kernel/build").join(flavor);
+    let obj = cache.join("kernel/build").join(flavor::build_dir_name(&fl));
     std::fs::create_dir_all(&obj)?;
     // One build per O= directory at a time; a second caller waits.
     let lockf = std::fs::File::create(obj.join(".lab-lock"))?;
@@ -126,15 +113,15 @@ pub fn build(flavor: &str) -> Result<Built> {
     Ok(built)
 }
 
-/// The toolchain and the kernel tree carrying the series, provisioning what is missing.
-/// The tree is shared by every checkout on the machine: hold the returned lock for as long as
-/// the tree must stay at this series (a build, a check).
-pub fn prepared_tree(cache: &Path, lock: &Lock) -> Result<(Toolchain, PathBuf, std::fs::File)> {
+/// The toolchain and the kernel tree carrying the flavor's series, provisioning what is
+/// missing. The tree is shared by every checkout on the machine: hold the returned lock for as
+/// long as the tree must stay at these series (a build, a check).
+pub fn prepared_tree(cache: &Path, lock: &Lock, fl: &Flavor) -> Result<(Toolchain, PathBuf, std::fs::File)> {
     let tc = setup::toolchain(cache)?;
     let deb = setup::ensure_kernel_deb(cache, lock)?;
     let src = tree::ensure_unpacked(cache, lock, &deb)?;
     let guard = tree::lock(cache)?;
-    tree::sync_series(&src, &Series::load(&paths::driver_dir())?)?;
+    tree::sync_series(&src, &fl.stack()?)?;
     Ok((tc, src, guard))
 }
 

@@ -17,7 +17,8 @@ enum Cmd {
     Setup,
     /// Build (or reuse) the kernel of a flavor.
     Kernel {
-        /// perf (benchmarks), debug (lockdep, KASAN, KUnit), ...: kernel-config/<flavor>.config.
+        /// perf (benchmarks), debug (lockdep, KASAN, KUnit), cbinder (C driver), cbinder-spin
+        /// (C driver + seed 001), ...: kernel-config/<flavor>.config or kernel-config/flavors.toml.
         #[arg(long, env = "LAB_FLAVOR", default_value = "perf")]
         flavor: String,
     },
@@ -108,7 +109,7 @@ struct RunArgs {
     /// `shell`, conformance for `conformance`, fuzz for `fuzz`].
     #[arg(long, env = "LAB_PLAN")]
     plan: Option<String>,
-    /// Kernel flavor (kernel-config/<flavor>.config).
+    /// Kernel flavor (kernel-config/<flavor>.config or kernel-config/flavors.toml).
     #[arg(long, env = "LAB_FLAVOR", default_value = "perf")]
     flavor: String,
     /// TCG mode [default: single; icount (deterministic) for bench, reproduce and the
@@ -174,7 +175,13 @@ fn run(cmd: Cmd) -> Result<()> {
         }
         Cmd::KernelLock => setup::kernel_lock(&cache),
         Cmd::DriverTree => {
-            println!("{}", prepared_tree(&cache)?.0.display());
+            let (t, _tree_lock) = prepared_tree(&cache)?;
+            // A build of a flavor with an extra series may have left it on top; without
+            // unexported work on it, go back to rust-driver/ alone (cheap: the common prefix stays).
+            if !tree::has_work(&t)? {
+                tree::sync_series(&t, &lab::flavor::load("perf")?.stack()?)?;
+            }
+            println!("{}", t.display());
             Ok(())
         }
         Cmd::DriverExport => {
@@ -268,7 +275,7 @@ fn run(cmd: Cmd) -> Result<()> {
         }
         Cmd::DriverReset => {
             let (t, _tree_lock) = prepared_tree(&cache)?;
-            tree::reset(&t, &tree::Series::load(&paths::driver_dir())?)?;
+            tree::reset(&t, &lab::flavor::load("perf")?.stack()?)?;
             println!("{} now carries exactly rust-driver/series", t.display());
             Ok(())
         }

@@ -522,6 +522,16 @@ fn unit_of(metric: &str) -> &'static str {
     }
 }
 
+/// A KCIDB build's `misc`: the release, the fragments merged and the series applied.
+fn flavor_misc(name: &str, release: &Option<String>) -> serde_json::Value {
+    let f = crate::flavor::load(name).ok();
+    serde_json::json!({
+        "kernel_release": release,
+        "fragments": f.as_ref().map(|f| f.fragment_files.clone()),
+        "series": f.map(|f| f.series),
+    })
+}
+
 /// The KCIDB report: builds per flavor, a test per case, gated metrics as numbers.
 fn kcidb_report(n: &Nightly, opts: &Opts, lock: &lock::Lock) -> Result<kcidb::Report> {
     let series = tree::Series::load(&paths::driver_dir())?;
@@ -569,7 +579,7 @@ fn kcidb_report(n: &Nightly, opts: &Opts, lock: &lock::Lock) -> Result<kcidb::Re
             status: if b.error.is_none() { "PASS" } else { "FAIL" },
             duration: Some(b.wall_s),
             log_excerpt: b.error.as_deref().map(kcidb::excerpt),
-            misc: serde_json::json!({"kernel_release": b.release, "fragments": ["base.config", format!("{}.config", b.flavor)]}),
+            misc: flavor_misc(&b.flavor, &b.release),
         });
     }
     let env = kcidb::Environment {
