@@ -129,6 +129,22 @@ pub fn collect(events: &[Event]) -> Samples {
                     }
                 }
             }
+            // Variants (`inversion-fifo`) are named by their step, each with its own metrics.
+            (b, "inversion") if b.starts_with("inversion") => {
+                put(format!("{b}.iterations_per_sec"), mode, data["iterations_per_sec"].as_f64());
+                for class in ["high", "low"] {
+                    let c = &data[class];
+                    for k in ["calls_per_sec", "avg_ms", "p50_ms", "p99_ms", "p999_ms", "max_ms"] {
+                        put(format!("{b}.{class}.{k}"), mode, c[k].as_f64());
+                    }
+                    for k in ["block_ms", "wait_ms", "involuntary_switches"] {
+                        put(format!("{b}.{class}.sched.{k}"), mode, c["sched"][k].as_f64());
+                    }
+                    for k in ["alloc_sleeps", "alloc_spins", "other_sleeps"] {
+                        put(format!("{b}.{class}.lock.{k}"), mode, data["lock"][class][k].as_f64());
+                    }
+                }
+            }
             ("sendvec", "sendvec") => {
                 for r in data["rows"].as_array().into_iter().flatten() {
                     let Some(size) = r["size"].as_u64() else { continue };
@@ -305,12 +321,18 @@ struct ResultsFile<'a> {
 
 /// Per-call latencies (ms) of the throughput runs, pooled per mode, for the CDF plot.
 fn latency_samples(events: &[Event]) -> BTreeMap<u32, Vec<f64>> {
+    samples_ms(events, "throughput", "throughput", "/samples_ms")
+}
+
+/// The `samples_ms` array at JSON `pointer` of the `case` results of `bench` steps, pooled
+/// per mode (e.g. `("inversion-fifo", "inversion", "/high/samples_ms")`).
+pub fn samples_ms(events: &[Event], bench: &str, case_name: &str, pointer: &str) -> BTreeMap<u32, Vec<f64>> {
     let mut out: BTreeMap<u32, Vec<f64>> = BTreeMap::new();
     for e in events {
         let Event::Result { step, case, data, .. } = e else { continue };
-        let Some(("throughput", mode)) = parse_step(step) else { continue };
-        if case == "throughput" {
-            if let Some(v) = data["samples_ms"].as_array() {
+        let Some((b, mode)) = parse_step(step) else { continue };
+        if b == bench && case == case_name {
+            if let Some(v) = data.pointer(pointer).and_then(|v| v.as_array()) {
                 out.entry(mode).or_default().extend(v.iter().filter_map(|x| x.as_f64()));
             }
         }

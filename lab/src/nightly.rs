@@ -18,7 +18,13 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-pub const FLAVORS: [&str; 3] = ["perf", "debug", "cbinder"];
+/// cbinder-spin shares cbinder's O= directory (two C files, cheap).
+pub const FLAVORS: [&str; 4] = ["perf", "debug", "cbinder", "cbinder-spin"];
+/// A kernel of its own (lockdep + KASAN on the C driver with seed 001's patch, ~20 min cold):
+/// the full profile only, so the quick nightly in `cargo make test` stays within cold CI's budget.
+pub const FULL_ONLY_FLAVOR: &str = "cbinder-spin-debug";
+/// Fuzzer operations on cbinder-spin-debug: seed 001's safety check, beside the Rust debug run.
+const SPIN_FUZZ_OPS: u64 = 100_000;
 
 #[derive(Clone, Debug)]
 pub struct Opts {
@@ -296,8 +302,9 @@ pub fn run(opts: &Opts) -> Result<Nightly> {
     std::fs::create_dir_all(&opts.out).with_context(|| format!("creating {}", opts.out.display()))?;
     let baseline = opts.baseline.as_deref().map(load_baseline).transpose()?;
 
+    let full = opts.profile == Profile::Full;
     let mut builds = vec![];
-    for flavor in FLAVORS {
+    for flavor in FLAVORS.into_iter().chain(full.then_some(FULL_ONLY_FLAVOR)) {
         eprintln!("lab nightly: kernel {flavor}");
         let t = Instant::now();
         let r = kernel::build(flavor);
@@ -313,7 +320,7 @@ pub fn run(opts: &Opts) -> Result<Nightly> {
     let fuzz = fuzz_plan(opts.fuzz_ops);
     let load = |name: &str| run::load_plan(name).map_err(|e| format!("{e:#}"));
     let conformance = load("conformance");
-    let plans: Vec<(&str, &'static str, &str, std::result::Result<Plan, String>)> = vec![
+    let mut plans: Vec<(&str, &'static str, &str, std::result::Result<Plan, String>)> = vec![
         ("conformance-perf", "conformance", "perf", conformance.clone()),
         ("conformance-debug", "conformance", "debug", conformance.clone()),
         ("conformance-cbinder", "conformance", "cbinder", conformance),
@@ -321,6 +328,13 @@ pub fn run(opts: &Opts) -> Result<Nightly> {
         ("ctabs-perf", "ctabs", "perf", load("ctabs")),
         ("fuzz-debug", "fuzz", "debug", Ok(fuzz)),
     ];
+    if full {
+        // Seed 001's patch under lockdep, DEBUG_ATOMIC_SLEEP and KASAN, with the C allocator's KUnit.
+        let d = FULL_ONLY_FLAVOR;
+        plans.push(("conformance-cbinder-spin-debug", "conformance", d, load("conformance")));
+        plans.push(("kunit-cbinder-spin-debug", "kunit", d, load("kunit")));
+        plans.push(("fuzz-cbinder-spin-debug", "fuzz", d, Ok(fuzz_plan(SPIN_FUZZ_OPS.min(opts.fuzz_ops)))));
+    }
     let mut stages = vec![];
     for (name, kind, flavor, plan) in plans {
         eprintln!("lab nightly: {name}");
@@ -627,8 +641,12 @@ fn kcidb_report(n: &Nightly, opts: &Opts, lock: &lock::Lock) -> Result<kcidb::Re
         }
     }
     for (i, (name, m)) in n.metrics.iter().filter(|(_, m)| m.better.is_some()).enumerate() {
-        // Seed 001's mode 0 ran on the C driver; every other figure on the perf kernel.
-        let flavor = if name.starts_with("seed001.") && name.ends_with(".m0") { "cbinder" } else { "perf" };
+        // Seed 001's modes 0 and 1 ran on the C driver (mutex, spinlock); every other figure on perf.
+        let flavor = match (name.starts_with("seed001."), name.rsplit('.').next()) {
+            (true, Some("m0")) => "cbinder",
+            (true, Some("m1")) => "cbinder-spin",
+            _ => "perf",
+        };
         let flavor = if name.starts_with("fuzz-debug.") { "debug" } else { flavor };
         r.tests.push(kcidb::Test {
             id: kcidb::id(&format!("{run_id}.bench.{i}")),
