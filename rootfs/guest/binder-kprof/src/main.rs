@@ -11,6 +11,7 @@
 
 mod symbols;
 
+use benchkit::counters::PerfEventAttr;
 use labproto::{report, Status};
 use serde_json::json;
 use std::time::Instant;
@@ -25,21 +26,6 @@ const PERF_EVENT_IOC_ENABLE: libc::c_ulong = 0x2400;
 const PERF_EVENT_IOC_DISABLE: libc::c_ulong = 0x2401;
 /// Data pages per CPU buffer (a power of two), plus the header page.
 const DATA_PAGES: usize = 64;
-
-#[repr(C)]
-#[derive(Default)]
-struct PerfEventAttr {
-    type_: u32,
-    size: u32,
-    config: u64,
-    sample_period: u64,
-    sample_type: u64,
-    read_format: u64,
-    flags: u64,
-    wakeup_events: u32,
-    bp_type: u32,
-    config1: u64,
-}
 
 /// One CPU's sampling event and its ring buffer.
 struct Ring {
