@@ -341,11 +341,14 @@ pub fn write_plots(out: &Path, rows: &BTreeMap<String, Row>, events: &[Event]) -
     Ok(())
 }
 
+/// Instructions per call by function, and in all (outside the idle loop), of one driver.
+type PerCall = (BTreeMap<String, f64>, f64);
+
 /// Kernel instructions per call, per function and driver, from the `kprof` results: samples x
 /// period / calls. The first rows are the totals; then the `top` functions by their largest
 /// cost in any driver.
 pub fn kprof_table(events: &[Event], top: usize) -> String {
-    let mut per: BTreeMap<u32, (BTreeMap<String, f64>, f64)> = BTreeMap::new();
+    let mut per: BTreeMap<u32, PerCall> = BTreeMap::new();
     for e in events {
         let Event::Result { step, case, data, .. } = e else { continue };
         let Some(("kprof", mode)) = samples::parse_step(step) else { continue };
@@ -372,7 +375,7 @@ pub fn kprof_table(events: &[Event], top: usize) -> String {
     names.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(b.0)));
     names.dedup_by(|a, b| a.0 == b.0);
     let mut s = String::new();
-    let cell = |m: u32, v: &dyn Fn(&(BTreeMap<String, f64>, f64)) -> f64| {
+    let cell = |m: u32, v: &dyn Fn(&PerCall) -> f64| {
         per.get(&m).map(|x| format!("{:.0}", v(x))).unwrap_or_else(|| "-".into())
     };
     let _ = writeln!(s, "{:<60} {:>12} {:>12} {:>12}", "kernel instructions per call", "C mutex", "C spinlock", "Rust");
