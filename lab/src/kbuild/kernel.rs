@@ -80,7 +80,12 @@ pub fn build(name: &str) -> Result<Built> {
     let flavor = fl.name.as_str();
     let merged = fl.config.clone();
     let lock = Lock::load(&Lock::path())?;
+    if let Some(b) = built_without_lock(&cache, &lock, &fl)? {
+        eprintln!("lab: kernel {flavor} is up to date: {}", b.dir.display());
+        return Ok(b);
+    }
     let (tc, src, _tree_lock) = prepared_tree(&cache, &lock, &fl)?;
+    tree::remember_stack(&src, &fl.stack()?)?;
 
     let state = tree::state_hash(&src)?;
     let key = cache_key(&lock, &merged, &state, &tc.fingerprint()?);
@@ -113,6 +118,21 @@ pub fn build(name: &str) -> Result<Built> {
     prune(&cache, flavor, &key);
     eprintln!("lab: kernel {flavor} built in {:.0?}: {}", t0.elapsed(), out.display());
     Ok(built)
+}
+
+/// The published build of a flavor whose stack was built before, found without the tree lock
+/// (another process may be building for minutes under it). Only when the tree holds no
+/// developer work: an edited tree takes the locked path, which builds the edits.
+fn built_without_lock(cache: &Path, lock: &Lock, fl: &Flavor) -> Result<Option<Built>> {
+    let src = tree::tree_dir(cache, lock);
+    if !src.join(".git/lab-base").is_file() || tree::clean_head(&src)?.is_none() {
+        return Ok(None);
+    }
+    let Some(head) = tree::known_stack_head(&src, &fl.stack()?)? else { return Ok(None) };
+    let Some(tc) = crate::provision::toolchain::Toolchain::probe(cache) else { return Ok(None) };
+    let key = cache_key(lock, &fl.config, &head, &tc.fingerprint()?);
+    let dir = artifacts_dir(cache, &fl.name, &key);
+    Ok(dir.join("Image").is_file().then(|| Built { flavor: fl.name.clone(), key, dir }))
 }
 
 /// The toolchain and the kernel tree carrying the flavor's series, provisioning what is

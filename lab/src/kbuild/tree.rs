@@ -190,6 +190,33 @@ pub fn has_work(tree: &Path) -> Result<bool> {
     Ok(!dirty.is_empty() || recorded.as_deref() != Some(head.as_str()))
 }
 
+/// Records that a clean tree at HEAD carries `stack` (`.git/lab-stacks/<stack hash>`), so a
+/// later caller can find the artifact of that stack without taking the tree lock. Call it with
+/// the lock held, after [`sync_series`].
+pub fn remember_stack(tree: &Path, stack: &[Series]) -> Result<()> {
+    if let Some(head) = clean_head(tree)? {
+        write_atomic(&tree.join(".git/lab-stacks").join(stack_hash(stack)?), head.as_bytes())?;
+    }
+    Ok(())
+}
+
+/// The commit a clean tree had when it last carried `stack`, if recorded. Read without the
+/// lock: the commit is a content address (fixed identity and dates), valid whatever the tree
+/// carries now.
+pub fn known_stack_head(tree: &Path, stack: &[Series]) -> Result<Option<String>> {
+    Ok(stamp(tree, &format!("lab-stacks/{}", stack_hash(stack)?)))
+}
+
+/// HEAD, when the tree holds nothing but a synced stack: no edits, no untracked files, no
+/// commits beyond the last sync.
+pub fn clean_head(tree: &Path) -> Result<Option<String>> {
+    // No optional locks: this runs without the tree lock, and must not take index.lock from
+    // under a process that is checking the tree out.
+    let status = git_out(tree, &["--no-optional-locks", "status", "--porcelain", "--untracked-files=all"])?;
+    let head = git_out(tree, &["rev-parse", "HEAD"])?;
+    Ok((status.is_empty() && stamp(tree, "lab-head").as_deref() == Some(head.as_str())).then_some(head))
+}
+
 /// The lock on the shared kernel tree: one lab process at a time syncs it to its series and
 /// builds from it. Waits (with a message) while another process holds it.
 pub fn lock(cache: &Path) -> Result<std::fs::File> {
@@ -512,6 +539,25 @@ mod tests {
         std::fs::write(tree.join(".git/lab-head"), &spin_head).unwrap();
         assert_eq!(applied_upto(&tree, Some(&spin_head)).len(), 2);
         assert_eq!(applied_upto(&tree, Some(&spin_head))[1].id, "extra/0001-binder-extra.patch");
+    }
+
+    #[test]
+    fn a_remembered_stack_is_found_only_on_a_clean_tree() {
+        let (_d, tree, rust, extra) = stack_fixture();
+        let spin = [rust.clone(), extra];
+        sync_series(&tree, &spin).unwrap();
+        remember_stack(&tree, &spin).unwrap();
+        let head = git_out(&tree, &["rev-parse", "HEAD"]).unwrap();
+        // Found while the tree carries another stack: the commit is a content address.
+        sync_series(&tree, std::slice::from_ref(&rust)).unwrap();
+        assert_eq!(known_stack_head(&tree, &spin).unwrap().as_deref(), Some(head.as_str()));
+        assert!(known_stack_head(&tree, &[rust]).unwrap().is_none());
+        assert!(clean_head(&tree).unwrap().is_some());
+        std::fs::write(tree.join("drivers/new.rs"), "x").unwrap();
+        assert!(clean_head(&tree).unwrap().is_none(), "an untracked file is developer work");
+        std::fs::remove_file(tree.join("drivers/new.rs")).unwrap();
+        commit(&tree, "drivers/a.rs", "fn a() { d() }\n", "rust_binder: local");
+        assert!(clean_head(&tree).unwrap().is_none(), "an unexported commit is developer work");
     }
 
     #[test]

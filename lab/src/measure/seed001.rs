@@ -375,9 +375,8 @@ pub fn kprof_table(events: &[Event], top: usize) -> String {
     names.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(b.0)));
     names.dedup_by(|a, b| a.0 == b.0);
     let mut s = String::new();
-    let cell = |m: u32, v: &dyn Fn(&PerCall) -> f64| {
-        per.get(&m).map(|x| format!("{:.0}", v(x))).unwrap_or_else(|| "-".into())
-    };
+    let cell =
+        |m: u32, v: &dyn Fn(&PerCall) -> f64| per.get(&m).map(|x| format!("{:.0}", v(x))).unwrap_or_else(|| "-".into());
     let _ = writeln!(s, "{:<60} {:>12} {:>12} {:>12}", "kernel instructions per call", "C mutex", "C spinlock", "Rust");
     let _ = writeln!(
         s,
