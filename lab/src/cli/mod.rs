@@ -77,6 +77,10 @@ pub enum Cmd {
         /// e.g. a nightly's `reproduce/`) without running anything.
         #[arg(long)]
         from: Option<std::path::PathBuf>,
+        /// Run only these seeds' experiments (000, 001, 002, comma-separated); the others'
+        /// tables show n/a.
+        #[arg(long, value_delimiter = ',')]
+        only: Vec<String>,
         #[command(flatten)]
         run: RunArgs,
     },
@@ -136,7 +140,7 @@ fn dispatch(cmd: Cmd) -> Result<()> {
         Cmd::DriverCheck => crate::kbuild::driver_check::run(),
         Cmd::Bench { profile, reps, run } => bench::run(profile, reps, &run),
         Cmd::Reproduce { from: Some(dir), .. } => reproduce::rerender(&dir),
-        Cmd::Reproduce { profile, out, run, from: None } => reproduce::run(profile, out, &run),
+        Cmd::Reproduce { profile, out, run, from: None, only } => reproduce::run(profile, out, &only, &run),
         Cmd::Nightly { profile, out, baseline, threshold, fuzz_ops, run } => {
             nightly::command(profile, out, baseline, threshold, fuzz_ops, &run)
         }

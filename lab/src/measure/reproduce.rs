@@ -261,6 +261,8 @@ pub struct Sizes {
     pub tput_iters: usize,
     #[serde(default)]
     pub inv_iters: usize,
+    #[serde(default)]
+    pub inv_runs: usize,
     /// Seed 002: repetitions per mode and iterations per size.
     pub sendvec_reps: usize,
     pub sendvec_iters: usize,
@@ -268,7 +270,12 @@ pub struct Sizes {
 
 impl Sizes {
     pub fn seed001(&self) -> crate::measure::seed001::Size {
-        crate::measure::seed001::Size { runs: self.tput_runs, tput_iters: self.tput_iters, inv_iters: self.inv_iters }
+        crate::measure::seed001::Size {
+            runs: self.tput_runs,
+            tput_iters: self.tput_iters,
+            inv_runs: self.inv_runs,
+            inv_iters: self.inv_iters,
+        }
     }
 
     pub fn of(profile: Profile) -> Sizes {
@@ -277,7 +284,8 @@ impl Sizes {
                 bench_reps: 2,
                 tput_runs: 2,
                 tput_iters: 1000,
-                inv_iters: 100,
+                inv_runs: 2,
+                inv_iters: 50,
                 sendvec_reps: 2,
                 sendvec_iters: 100,
             },
@@ -286,7 +294,9 @@ impl Sizes {
                 bench_reps: 12,
                 tput_runs: 10,
                 tput_iters: 10000,
-                inv_iters: 1000,
+                // With a hog per CPU every vCPU is busy: ~20 s of wall time per run of 200.
+                inv_runs: 6,
+                inv_iters: 200,
                 sendvec_reps: 8,
                 sendvec_iters: 1000,
             },
@@ -464,15 +474,33 @@ fn write_plots(out: &Path, s1: &Experiment, s2: &Experiment) -> Result<()> {
 
 /// Runs the three experiments, then writes `reproduce.md` and `reproduce.json` to `out`.
 pub fn run(profile: Profile, base: &RunOpts, out: &Path) -> Result<Reproduction> {
+    run_only(profile, base, out, &[])
+}
+
+/// [`run`] with only the seeds named in `only` (`000`, `001`, `002`; empty: all).
+pub fn run_only(profile: Profile, base: &RunOpts, out: &Path, only: &[String]) -> Result<Reproduction> {
+    const SEEDS: [&str; 3] = ["000", "001", "002"];
+    if let Some(bad) = only.iter().find(|s| !SEEDS.contains(&s.as_str())) {
+        anyhow::bail!("--only {bad}: the seeds are {}", SEEDS.join(", "));
+    }
+    let want = |s: &str| only.is_empty() || only.iter().any(|o| o == s);
     let seeds = seeds()?;
     let sizes = Sizes::of(profile);
-    eprintln!("lab reproduce: seed 000 (CTABS modes 0/1/2, {} repetitions)", sizes.bench_reps);
-    let (o0, _) = bench::execute(profile, sizes.bench_reps, base)?;
-    let s0 = Experiment::new(vec![o0]);
-    eprintln!("lab reproduce: seed 001 (C mutex, C spinlock, Rust; {} runs each)", sizes.tput_runs);
-    let s1 = Experiment::new(crate::measure::seed001::run(sizes.seed001(), base)?);
-    eprintln!("lab reproduce: seed 002 (defer_tc 0/1, {} repetitions)", sizes.sendvec_reps);
-    let s2 = seed002(sizes, base)?;
+    let mut s0 = Experiment::new(vec![]);
+    if want("000") {
+        eprintln!("lab reproduce: seed 000 (CTABS modes 0/1/2, {} repetitions)", sizes.bench_reps);
+        s0 = Experiment::new(vec![bench::execute(profile, sizes.bench_reps, base)?.0]);
+    }
+    let mut s1 = Experiment::new(vec![]);
+    if want("001") {
+        eprintln!("lab reproduce: seed 001 (C mutex, C spinlock, Rust; {} runs each)", sizes.tput_runs);
+        s1 = Experiment::new(crate::measure::seed001::run(sizes.seed001(), base)?);
+    }
+    let mut s2 = Experiment::new(vec![]);
+    if want("002") {
+        eprintln!("lab reproduce: seed 002 (defer_tc 0/1, {} repetitions)", sizes.sendvec_reps);
+        s2 = seed002(sizes, base)?;
+    }
     let text = render(&seeds, &s0, &s1, &s2, sizes);
     std::fs::create_dir_all(out)?;
     write_plots(out, &s1, &s2)?;

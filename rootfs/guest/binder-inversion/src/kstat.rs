@@ -135,6 +135,32 @@ impl SchedStat {
     }
 }
 
+/// CONFIG_SCHEDSTATS collects only while `kernel.sched_schedstats` is 1 (a static key, off by
+/// default): on while this lives, then back to what it was.
+pub struct Schedstats {
+    before: Option<String>,
+}
+
+const SCHEDSTATS: &str = "/proc/sys/kernel/sched_schedstats";
+
+impl Schedstats {
+    pub fn enable() -> Schedstats {
+        let before = std::fs::read_to_string(SCHEDSTATS).ok();
+        if before.is_some() && std::fs::write(SCHEDSTATS, "1").is_err() {
+            println!("note: cannot enable {SCHEDSTATS}: blocked and wait times will read 0");
+        }
+        Schedstats { before }
+    }
+}
+
+impl Drop for Schedstats {
+    fn drop(&mut self) {
+        if let Some(b) = &self.before {
+            let _ = std::fs::write(SCHEDSTATS, b.trim());
+        }
+    }
+}
+
 /// Lock contention tracing for a set of pids, on while it lives.
 pub struct Trace {
     dir: String,

@@ -247,12 +247,14 @@ fn run(a: &Args) -> Result<bool, String> {
     }
     let hogs: Vec<Child> = (0..o.hogs).map(|_| fork(hog)).collect::<Result<_, _>>().map_err(|e| e.to_string())?;
     let pids: Vec<i32> = kids.iter().map(|k| k.pid).collect();
+    let schedstats = kstat::Schedstats::enable();
     let trace = if o.trace { Some(kstat::Trace::start(&pids)) } else { None };
     let measure = Measure::start();
     let sent = measure_phase(&mut chans, &pids, &stop);
     let mut data = json!({});
     measure.finish(&mut data);
     let trace_text = trace.map(|t| t.and_then(kstat::Trace::finish));
+    drop(schedstats);
     drop(hogs);
     let sent = sent?;
     let _ = srv.signal();

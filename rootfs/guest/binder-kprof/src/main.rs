@@ -151,7 +151,7 @@ fn run(a: &benchkit::Args, prog: &[String]) -> Result<bool, String> {
         if code == 0 { Status::Pass } else { Status::Fail },
         secs * 1000.0,
         (code != 0).then(|| format!("{} exited with {code}", prog[0])),
-        json!({"event": event, "period": period, "samples": ips.len(), "idle": prof.idle, "unresolved": prof.unresolved,
+        json!({"event": event, "period": period, "samples": ips.len(), "idle": prof.idle, "unresolved": prof.unresolved, "user": prof.user,
                "lost": lost, "busy": prof.busy(), "functions": funcs, "program": prog}),
     );
     Ok(code == 0)

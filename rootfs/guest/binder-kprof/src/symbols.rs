@@ -6,6 +6,9 @@ use std::collections::BTreeMap;
 const IDLE: &[&str] =
     &["cpu_do_idle", "arch_cpu_idle", "default_idle_call", "do_idle", "cpuidle_idle_call", "cpu_idle_poll"];
 
+/// arm64 kernel addresses are in the upper half (TTBR1).
+const KERNEL_START: u64 = 0xffff_0000_0000_0000;
+
 pub struct Symbols {
     /// (address, name), sorted by address.
     text: Vec<(u64, String)>,
@@ -16,6 +19,9 @@ pub struct Profile {
     pub by_function: Vec<(String, u64)>,
     pub idle: u64,
     pub unresolved: u64,
+    /// Samples taken in user mode: the PMU interrupt arrived after the return to EL0 (the
+    /// counter itself counts EL1 only).
+    pub user: u64,
 }
 
 impl Profile {
@@ -94,8 +100,12 @@ impl Symbols {
 
     pub fn attribute(&self, ips: &[u64]) -> Profile {
         let mut m: BTreeMap<&str, u64> = BTreeMap::new();
-        let (mut idle, mut unresolved) = (0, 0);
+        let (mut idle, mut unresolved, mut user) = (0, 0, 0);
         for &ip in ips {
+            if ip < KERNEL_START {
+                user += 1;
+                continue;
+            }
             match self.lookup(ip) {
                 Some(f) if IDLE.contains(&f) => idle += 1,
                 Some(f) => *m.entry(f).or_default() += 1,
@@ -104,7 +114,7 @@ impl Symbols {
         }
         let mut by_function: Vec<(String, u64)> = m.into_iter().map(|(f, n)| (f.to_string(), n)).collect();
         by_function.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-        Profile { by_function, idle, unresolved }
+        Profile { by_function, idle, unresolved, user }
     }
 }
 
@@ -131,8 +141,15 @@ mod tests {
         // Data symbols do not split functions.
         assert_eq!(s.lookup(0xffff800080010350), Some("binder_ioctl"));
         assert_eq!(s.lookup(0x1000), None);
-        let p = s.attribute(&[0xffff800080010250, 0xffff800080010410, 0xffff800080010414, 0xffff800080010104, 5]);
+        let p = s.attribute(&[
+            0xffff800080010250,
+            0xffff800080010410,
+            0xffff800080010414,
+            0xffff800080010104,
+            5,
+            0xffff000000000001,
+        ]);
         assert_eq!(p.by_function, vec![("binder_transaction".to_string(), 2), ("binder_ioctl".to_string(), 1)]);
-        assert_eq!((p.idle, p.unresolved, p.busy()), (1, 1, 4));
+        assert_eq!((p.idle, p.unresolved, p.user, p.busy()), (1, 1, 1, 4));
     }
 }
