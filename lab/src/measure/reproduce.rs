@@ -448,7 +448,7 @@ pub fn render(seeds: &Seeds, s0: &Experiment, s1: &Experiment, s2: &Experiment, 
         "## Seed 000: CTABS, binderThroughputTest\n\n```\n{}```\n",
         seed000_throughput(&seeds.seed000, &s0.rows)
     );
-    t.push_str(&crate::measure::seed001::render(&seeds.seed001, &s1.samples, &s1.rows, &s1.events, sizes.seed001()));
+    t.push_str(&crate::measure::seed001::render(&seeds.seed001, &s1.samples, &s1.rows, sizes.seed001()));
     let _ = writeln!(
         t,
         "## Seed 002: deferred BR_TRANSACTION_COMPLETE, BM_sendVec, {} interleaved repetitions per mode\n\n```\n{}```\n",

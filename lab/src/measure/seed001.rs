@@ -7,7 +7,7 @@
 use crate::harness::opts::RunOpts;
 use crate::harness::outcome::Outcome;
 use crate::measure::bench::{self, Job};
-use crate::measure::samples::{self, Row, Samples};
+use crate::measure::samples::{Row, Samples};
 use crate::measure::stats;
 use crate::measure::table::{big, delta, est, lab_dir, mark, pct, seed_dir, show_delta, show_in as show, Dir};
 use anyhow::Result;
@@ -78,31 +78,6 @@ fn boot_plan(name: &str, sizes: Size, mode: u32) -> labproto::Plan {
     plan
 }
 
-/// The kernel instruction profile of binderThroughputTest's call path, once per driver (first
-/// round only): `binder-kprof` around `binder-throughput -w 2 -p -i KPROF_ITERS`, one client
-/// and one server, so that one CPU at a time runs binder code (the emulated counter is the
-/// one instruction count of all vCPUs).
-const KPROF_ITERS: usize = 5000;
-/// Kernel-mode instructions per sample. 20k at ~40k instructions per call gives about two
-/// samples per call: 10k calls make ~20k samples, within the 64-page rings.
-const KPROF_PERIOD: u64 = 20_000;
-
-/// How to read the profile.
-const KPROF_NOTE: &str = "QEMU's instruction counter (icount) is one count for all vCPUs, counted on a CPU while it \
-is in EL1, so a sample lands wherever its CPU is when the global count crosses the period; with one busy CPU at a \
-time that is the busy CPU's kernel profile (idle-loop samples are left out). The PMU interrupt is a normal IRQ (no \
-pseudo-NMI), so samples taken with interrupts off are charged to where they are re-enabled \
-(finish_task_switch, _raw_spin_unlock_irqrestore, handle_softirqs): compare binder's own functions, and the totals.";
-
-fn kprof_step(mode: u32) -> labproto::Step {
-    let argv = ["/bin/binder-kprof", "--period", &KPROF_PERIOD.to_string(), "--top", "200", "--"]
-        .into_iter()
-        .map(String::from)
-        .chain(["/bin/binder-throughput", "-w", "2", "-p", "-i", &KPROF_ITERS.to_string()].map(String::from))
-        .collect();
-    labproto::Step { name: samples::step_name("kprof", mode, 0), argv, timeout_s: 600, env: Default::default() }
-}
-
 /// The flavor a mode boots.
 pub fn flavor_of(mode: u32, base: &RunOpts) -> String {
     DRIVERS.iter().find(|d| d.0 == mode).and_then(|d| d.1).map(str::to_string).unwrap_or_else(|| base.flavor.clone())
@@ -118,10 +93,7 @@ pub fn run(sizes: Size, base: &RunOpts) -> Result<Vec<Outcome>> {
         }
         for mode in order {
             let flavor = flavor_of(mode, base);
-            let mut plan = boot_plan(&format!("seed001-{flavor}"), sizes, mode);
-            if round == 0 {
-                plan.steps.push(kprof_step(mode));
-            }
+            let plan = boot_plan(&format!("seed001-{flavor}"), sizes, mode);
             let opts = RunOpts { flavor, ..base.clone() };
             outcomes.push(crate::report::run_plan(&plan, &opts)?);
         }
@@ -289,13 +261,7 @@ pub fn inversion_table(bench: &str, rows: &BTreeMap<String, Row>) -> String {
 }
 
 /// The report section: both tables, the plots, and what they can and cannot show.
-pub fn render(
-    seed: &Seed001,
-    samples: &Samples,
-    rows: &BTreeMap<String, Row>,
-    events: &[Event],
-    sizes: Size,
-) -> String {
+pub fn render(seed: &Seed001, samples: &Samples, rows: &BTreeMap<String, Row>, sizes: Size) -> String {
     let mut t = String::new();
     let per_boot = sizes.runs.div_ceil(ROUNDS);
     let _ = writeln!(
@@ -306,11 +272,6 @@ pub fn render(
         table(seed, samples, rows)
     );
     let _ = writeln!(t, "![seed 001](seed001-throughput.svg) ![seed 001 CDF](seed001-latency-cdf.svg)\n");
-    let _ = writeln!(
-        t,
-        "## Seed 001: kernel instructions per call by function, binderThroughputTest -w 2 -p -i {KPROF_ITERS} (binder-kprof, one sample per {KPROF_PERIOD} kernel-mode instructions)\n\n{KPROF_NOTE}\n\n```\n{}```\n",
-        kprof_table(events, 30)
-    );
     for (bench, what) in [("inversion", "nice -20"), ("inversion-fifo", "SCHED_FIFO 50")] {
         let _ = writeln!(
             t,
@@ -350,59 +311,6 @@ pub fn write_plots(out: &Path, rows: &BTreeMap<String, Row>, events: &[Event]) -
         crate::measure::plots::cdf(&out.join(format!("seed001-{b}-cdf.svg")), &title, &h, &labels, 99.9)?;
     }
     Ok(())
-}
-
-/// Instructions per call by function, and in all (outside the idle loop), of one driver.
-type PerCall = (BTreeMap<String, f64>, f64);
-
-/// Kernel instructions per call, per function and driver, from the `kprof` results: samples x
-/// period / calls. The first rows are the totals; then the `top` functions by their largest
-/// cost in any driver.
-pub fn kprof_table(events: &[Event], top: usize) -> String {
-    let mut per: BTreeMap<u32, PerCall> = BTreeMap::new();
-    for e in events {
-        let Event::Result { step, case, data, .. } = e else { continue };
-        let Some(("kprof", mode)) = samples::parse_step(step) else { continue };
-        if case != "kprof" {
-            continue;
-        }
-        let period = data["period"].as_f64().unwrap_or(0.0);
-        let calls = KPROF_ITERS as f64;
-        let entry = per.entry(mode).or_default();
-        for f in data["functions"].as_array().into_iter().flatten() {
-            let (Some(name), Some(n)) = (f[0].as_str(), f[1].as_f64()) else { continue };
-            *entry.0.entry(name.to_string()).or_default() += n * period / calls;
-        }
-        entry.1 += data["busy"].as_f64().unwrap_or(0.0) * period / calls;
-    }
-    if per.is_empty() {
-        return "no kprof results\n".into();
-    }
-    let mut names: Vec<(&String, f64)> = per
-        .values()
-        .flat_map(|(m, _)| m.keys())
-        .map(|n| (n, per.values().map(|(m, _)| m.get(n).copied().unwrap_or(0.0)).fold(0.0, f64::max)))
-        .collect();
-    names.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(b.0)));
-    names.dedup_by(|a, b| a.0 == b.0);
-    let mut s = String::new();
-    let cell =
-        |m: u32, v: &dyn Fn(&PerCall) -> f64| per.get(&m).map(|x| format!("{:.0}", v(x))).unwrap_or_else(|| "-".into());
-    let _ = writeln!(s, "{:<60} {:>12} {:>12} {:>12}", "kernel instructions per call", "C mutex", "C spinlock", "Rust");
-    let _ = writeln!(
-        s,
-        "{:<60} {:>12} {:>12} {:>12}",
-        "all (outside the idle loop)",
-        cell(0, &|x| x.1),
-        cell(1, &|x| x.1),
-        cell(2, &|x| x.1)
-    );
-    for (n, _) in names.into_iter().take(top) {
-        let v = |m: u32| cell(m, &|x| x.0.get(n).copied().unwrap_or(0.0));
-        let short: String = n.chars().take(60).collect();
-        let _ = writeln!(s, "{short:<60} {:>12} {:>12} {:>12}", v(0), v(1), v(2));
-    }
-    s
 }
 
 #[cfg(test)]
@@ -455,28 +363,6 @@ mod tests {
         let low = t.lines().find(|l| l.starts_with("low p99 ")).unwrap();
         assert!(low.ends_with("- -"), "{t}");
         assert!(t.lines().find(|l| l.starts_with("high max")).unwrap().contains("n/a"), "{t}");
-    }
-
-    #[test]
-    fn kprof_table_gives_instructions_per_call() {
-        let ev = |mode: u32, funcs: serde_json::Value, busy: u64| Event::Result {
-            step: samples::step_name("kprof", mode, 0),
-            case: "kprof".into(),
-            status: labproto::Status::Pass,
-            duration_ms: 0.0,
-            message: None,
-            data: serde_json::json!({"period": 20000, "functions": funcs, "busy": busy}),
-        };
-        let events = vec![
-            ev(0, serde_json::json!([["binder_transaction", 1000], ["binder_ioctl", 500]]), 2000),
-            ev(2, serde_json::json!([["rust_binder::thread::Thread::transaction", 1200]]), 2100),
-        ];
-        let t = kprof_table(&events, 10);
-        // 1000 samples x 20000 / 5000 calls = 4000 instructions per call.
-        let line = t.lines().find(|l| l.starts_with("binder_transaction ")).unwrap();
-        assert!(line.split_whitespace().collect::<Vec<_>>() == ["binder_transaction", "4000", "-", "0"], "{t}");
-        assert!(t.lines().nth(1).unwrap().ends_with("8000            -         8400"), "{t}");
-        assert!(t.lines().nth(2).unwrap().starts_with("rust_binder::thread::Thread::transaction"), "{t}");
     }
 
     #[test]
