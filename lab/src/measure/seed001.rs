@@ -117,10 +117,11 @@ fn fmt_range(r: Option<(f64, f64)>, unit: &str) -> String {
 
 const W: usize = 26;
 
-fn header(s: &mut String, first: &str) {
+/// The column heads, after a label column of `label` characters.
+fn header(s: &mut String, label: usize) {
     let _ = writeln!(
         s,
-        "{first:<12} {:<5} {:>W$} {:>W$} {:>W$} {:>W$} {:>W$}  dir",
+        "{:<label$} {:>W$} {:>W$} {:>W$} {:>W$} {:>W$}  dir",
         "", DRIVERS[0].2, DRIVERS[1].2, DRIVERS[2].2, "Δ spinlock vs mutex", "Δ Rust vs mutex"
     );
 }
@@ -169,7 +170,7 @@ fn seed_row(s: &mut String, r: &RangeRow, samples: &Samples, rows: &BTreeMap<Str
 /// "variance" row (spread of the throughput runs).
 pub fn table(seed: &Seed001, samples: &Samples, rows: &BTreeMap<String, Row>) -> String {
     let mut s = String::new();
-    header(&mut s, "");
+    header(&mut s, 18);
     for r in &seed.rows {
         seed_row(&mut s, r, samples, rows);
     }
@@ -238,7 +239,7 @@ const INVERSION_ROWS: &[(&str, &str, &str, Option<Dir>)] = &[
 /// The inversion workload's table for variant `bench` (`inversion`, `inversion-fifo`).
 pub fn inversion_table(bench: &str, rows: &BTreeMap<String, Row>) -> String {
     let mut s = String::new();
-    header(&mut s, "");
+    header(&mut s, 26);
     for (suffix, label, unit, dir) in INVERSION_ROWS {
         let m = format!("{bench}.{suffix}");
         let (d1, d2) = (delta(rows, &m, 1), delta(rows, &m, 2));
@@ -248,7 +249,7 @@ pub fn inversion_table(bench: &str, rows: &BTreeMap<String, Row>) -> String {
         };
         let _ = writeln!(
             s,
-            "{:<18} {:>W$} {:>W$} {:>W$} {:>W$} {:>W$}  {marks}",
+            "{:<26} {:>W$} {:>W$} {:>W$} {:>W$} {:>W$}  {marks}",
             label,
             show(est(rows, &m, 0), unit),
             show(est(rows, &m, 1), unit),
