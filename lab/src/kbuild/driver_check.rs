@@ -3,7 +3,7 @@
 
 use crate::kbuild::pin::Lock;
 use crate::kbuild::tree::Series;
-use crate::kbuild::{flavor, kernel};
+use crate::kbuild::{flavor, kernel, setup};
 use crate::support::paths;
 use crate::support::process::run_logged;
 use anyhow::{bail, Result};
@@ -14,7 +14,8 @@ use std::process::Command;
 pub fn run() -> Result<()> {
     let cache = paths::cache();
     let lock = Lock::load(&Lock::path())?;
-    let (tc, src, _tree_lock) = kernel::prepared_tree(&cache, &lock, &flavor::load("perf")?)?;
+    let tc = setup::toolchain(&cache)?;
+    let (src, _tree_lock) = kernel::prepared_tree(&cache, &lock, &flavor::load("perf")?.stack()?, "driver-check")?;
     let mut problems: Vec<String> = vec![];
 
     // Clippy on the Rust support code and the driver, in an O= directory of its own so the
@@ -25,7 +26,7 @@ pub fn run() -> Result<()> {
     let log = obj.join("clippy.log");
     let mut warnings = vec![];
     let jobs = std::thread::available_parallelism().map(|n| n.get() + 1).unwrap_or(2);
-    eprintln!("lab: clippy on rust/ and drivers/android/binder/ (log: {})", log.display());
+    crate::support::progress::note(format!("clippy on rust/ and drivers/android/binder/ (log: {})", log.display()));
     let res = run_logged(
         tc.make(&src, &obj).args(["CLIPPY=1", &format!("-j{jobs}"), "rust/", "drivers/android/binder/"]),
         &log,
@@ -46,7 +47,7 @@ pub fn run() -> Result<()> {
             warnings.join("\n  ")
         ));
     }
-    println!("clippy: {} warning(s)", warnings.len());
+    crate::support::progress::note(format!("clippy: {} warning(s)", warnings.len()));
 
     let fmt = tc.make(&src, &obj).arg("rustfmtcheck").output()?;
     let fmt_out = String::from_utf8_lossy(&fmt.stdout).into_owned() + &String::from_utf8_lossy(&fmt.stderr);
@@ -54,13 +55,13 @@ pub fn run() -> Result<()> {
         let lines: Vec<&str> = fmt_out.lines().filter(|l| l.starts_with("Diff in")).collect();
         problems.push(format!("rustfmtcheck: {} file(s) need rustfmt:\n  {}", lines.len(), lines.join("\n  ")));
     }
-    println!("rustfmtcheck: {}", if fmt.status.success() { "clean" } else { "FAILED" });
+    crate::support::progress::note(format!("rustfmtcheck: {}", if fmt.status.success() { "clean" } else { "FAILED" }));
 
     let checked = checkpatch_all(&src, &mut problems)?;
     if !problems.is_empty() {
         bail!("driver-check found problems:\n{}", problems.join("\n"));
     }
-    println!("driver-check: clean ({checked} patch(es))");
+    crate::support::progress::note(format!("driver-check: clean ({checked} patch(es))"));
     Ok(())
 }
 
@@ -100,7 +101,7 @@ fn checkpatch_all(src: &Path, problems: &mut Vec<String>) -> Result<usize> {
                 .output()?;
             let text = String::from_utf8_lossy(&out.stdout).into_owned();
             let clean = out.status.success() && !text.contains("WARNING") && !text.contains("ERROR");
-            println!("checkpatch {d}/{p}: {}", if clean { "clean" } else { "FAILED" });
+            crate::support::progress::note(format!("checkpatch {d}/{p}: {}", if clean { "clean" } else { "FAILED" }));
             if !clean {
                 problems.push(format!("checkpatch {d}/{p}:\n{text}"));
             }

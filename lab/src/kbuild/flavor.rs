@@ -162,20 +162,6 @@ pub fn load(name: &str) -> Result<Flavor> {
     load_in(&paths::kernel_config_dir(), &paths::repo(), name)
 }
 
-/// The O= directory name for a flavor: a composed flavor whose configuration equals that of
-/// another flavor builds in that flavor's directory, so switching between them rebuilds only
-/// what the extra series touch (e.g. `cbinder-spin` in `cbinder`: two C files, not a kernel).
-pub fn build_dir_name(f: &Flavor) -> String {
-    if f.extra_series().is_empty() {
-        return f.name.clone();
-    }
-    let mine = f.config.render();
-    simple(&paths::kernel_config_dir())
-        .into_iter()
-        .find(|n| load(n).map(|o| o.config.render() == mine).unwrap_or(false))
-        .unwrap_or_else(|| f.name.clone())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -242,11 +228,8 @@ mod tests {
         let spin = load("cbinder-spin").unwrap();
         assert_eq!(spin.series, ["rust-driver", "c-reference"]);
         assert_eq!(spin.config.render(), load("cbinder").unwrap().config.render());
-        assert_eq!(build_dir_name(&spin), "cbinder");
         let dbg = load("cbinder-spin-debug").unwrap();
         assert_eq!(dbg.config.values["CONFIG_ANDROID_BINDER_IPC"], "y");
         assert_eq!(dbg.config.values["CONFIG_KASAN"], "y");
-        assert_eq!(build_dir_name(&dbg), "cbinder-spin-debug");
-        assert_eq!(build_dir_name(&load("perf").unwrap()), "perf");
     }
 }

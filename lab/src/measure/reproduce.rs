@@ -488,17 +488,26 @@ pub fn run_only(profile: Profile, base: &RunOpts, out: &Path, only: &[String]) -
     let sizes = Sizes::of(profile);
     let mut s0 = Experiment::new(vec![]);
     if want("000") {
-        eprintln!("lab reproduce: seed 000 (CTABS modes 0/1/2, {} repetitions)", sizes.bench_reps);
+        crate::support::progress::note(format!(
+            "reproduce: seed 000 (CTABS modes 0/1/2, {} repetitions)",
+            sizes.bench_reps
+        ));
         s0 = Experiment::new(vec![bench::execute(profile, sizes.bench_reps, base)?.0]);
     }
     let mut s1 = Experiment::new(vec![]);
     if want("001") {
-        eprintln!("lab reproduce: seed 001 (C mutex, C spinlock, Rust; {} runs each)", sizes.tput_runs);
+        crate::support::progress::note(format!(
+            "reproduce: seed 001 (C mutex, C spinlock, Rust; {} runs each)",
+            sizes.tput_runs
+        ));
         s1 = Experiment::new(crate::measure::seed001::run(sizes.seed001(), base)?);
     }
     let mut s2 = Experiment::new(vec![]);
     if want("002") {
-        eprintln!("lab reproduce: seed 002 (defer_tc 0/1, {} repetitions)", sizes.sendvec_reps);
+        crate::support::progress::note(format!(
+            "reproduce: seed 002 (defer_tc 0/1, {} repetitions)",
+            sizes.sendvec_reps
+        ));
         s2 = seed002(sizes, base)?;
     }
     let text = render(&seeds, &s0, &s1, &s2, sizes);
