@@ -72,6 +72,9 @@ fn quick_nightly_writes_artifacts_and_fails_on_a_regression() {
         "seed000.tiers.other.same_cluster.pct.m1",
         "seed001.throughput.p99_ms.m0",
         "seed001.throughput.p99_ms.m1",
+        "seed001.throughput.p99_ms.m2",
+        "seed001.inversion.high.p99_ms.m1",
+        "seed001.inversion-fifo.high.p999_ms.m2",
         "seed002.sendvec.0004.time_ns.m0",
         "seed002.sendvec.0064.cpu_ns.m1",
         "fuzz-debug.ops_per_s",
@@ -90,7 +93,8 @@ fn quick_nightly_writes_artifacts_and_fails_on_a_regression() {
 fn check_kcidb_json(dir: &std::path::Path) {
     let k: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("kcidb.json")).unwrap()).unwrap();
     assert_eq!(k["version"]["major"], 5);
-    assert_eq!(k["builds"].as_array().unwrap().len(), 3);
+    // perf, debug, cbinder, cbinder-spin (cbinder-spin-debug is the full profile's only).
+    assert_eq!(k["builds"].as_array().unwrap().len(), 4);
     let tests = k["tests"].as_array().unwrap();
     assert!(tests.iter().any(|t| t["path"] == "conformance.conformance.tc_deferral" && t["status"] == "PASS"));
     assert!(tests.iter().any(|t| t["status"] == "DONE" && t["number"]["value"].as_f64().is_some()));

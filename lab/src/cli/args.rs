@@ -13,7 +13,7 @@ pub struct RunArgs {
     /// `shell`, conformance for `conformance`, fuzz for `fuzz`].
     #[arg(long, env = "LAB_PLAN", value_parser = crate::cli::catalog::Choice::plans())]
     pub plan: Option<String>,
-    /// Kernel flavor (kernel-config/<flavor>.config).
+    /// Kernel flavor (kernel-config/<flavor>.config or kernel-config/flavors.toml).
     #[arg(long, env = "LAB_FLAVOR", default_value = "perf", value_parser = crate::cli::catalog::Choice::flavors())]
     pub flavor: String,
     /// TCG mode [default: single; icount (deterministic) for bench, reproduce and the

@@ -1,7 +1,7 @@
 //! `lab kernel`, `kernel-lock` and the driver tree commands (`driver-tree`, `driver-export`,
 //! `driver-reset`).
 
-use crate::kbuild::{kernel, pin, tree};
+use crate::kbuild::{flavor, kernel, pin, tree};
 use crate::support::paths;
 use anyhow::Result;
 use std::path::{Path, PathBuf};
@@ -18,7 +18,13 @@ pub fn lock() -> Result<()> {
 }
 
 pub fn driver_tree() -> Result<()> {
-    println!("{}", prepared_tree(&paths::cache())?.0.display());
+    let (t, _tree_lock) = prepared_tree(&paths::cache())?;
+    // A build of a flavor with an extra series may have left it on top; without unexported
+    // work on it, go back to rust-driver/ alone (cheap: the common prefix stays).
+    if !tree::has_work(&t)? {
+        tree::sync_series(&t, &flavor::load("perf")?.stack()?)?;
+    }
+    println!("{}", t.display());
     Ok(())
 }
 
@@ -33,7 +39,7 @@ pub fn driver_export() -> Result<()> {
 
 pub fn driver_reset() -> Result<()> {
     let (t, _tree_lock) = prepared_tree(&paths::cache())?;
-    tree::reset(&t, &tree::Series::load(&paths::driver_dir())?)?;
+    tree::reset(&t, &flavor::load("perf")?.stack()?)?;
     println!("{} now carries exactly rust-driver/series", t.display());
     Ok(())
 }

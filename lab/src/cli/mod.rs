@@ -30,7 +30,8 @@ pub enum Cmd {
     Setup,
     /// Build (or reuse) the kernel of a flavor.
     Kernel {
-        /// perf (benchmarks), debug (lockdep, KASAN, KUnit), ...: kernel-config/<flavor>.config.
+        /// perf (benchmarks), debug (lockdep, KASAN, KUnit), cbinder (C driver), cbinder-spin
+        /// (C driver + seed 001), ...: kernel-config/<flavor>.config or kernel-config/flavors.toml.
         #[arg(long, env = "LAB_FLAVOR", default_value = "perf", value_parser = catalog::Choice::flavors())]
         flavor: String,
     },
@@ -95,6 +96,10 @@ pub enum Cmd {
         /// e.g. a nightly's `reproduce/`) without running anything.
         #[arg(long)]
         from: Option<std::path::PathBuf>,
+        /// Run only these seeds' experiments (000, 001, 002, comma-separated); the others'
+        /// tables show n/a.
+        #[arg(long, value_delimiter = ',')]
+        only: Vec<String>,
         #[command(flatten)]
         run: RunArgs,
     },
@@ -208,7 +213,7 @@ pub fn execute(cmd: Cmd) -> Result<Exit> {
         Cmd::Conformance { cases, run } => run::suite(&run, "conformance", &cases),
         Cmd::Fuzz(args) => run::suite(&args, "fuzz", &run::CaseArgs::default()),
         Cmd::Bench { profile, reps, run } => bench::run(profile, reps, &run),
-        Cmd::Reproduce { profile, out, run, from: None } => reproduce::run(profile, out, &run),
+        Cmd::Reproduce { profile, out, run, from: None, only } => reproduce::run(profile, out, &only, &run),
         Cmd::Nightly { profile, out, baseline, threshold, fuzz_ops, run } => {
             nightly::command(profile, out, baseline, threshold, fuzz_ops, &run)
         }

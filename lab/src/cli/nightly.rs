@@ -27,7 +27,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-pub const FLAVORS: [&str; 3] = ["perf", "debug", "cbinder"];
+/// cbinder-spin starts from a copy of cbinder's O= directory (two C files, cheap).
+pub const FLAVORS: [&str; 4] = ["perf", "debug", "cbinder", "cbinder-spin"];
+/// A kernel of its own (lockdep + KASAN on the C driver with seed 001's patch, ~20 min cold):
+/// the full profile only, so the quick nightly in `cargo make test` stays within cold CI's budget.
+pub const FULL_ONLY_FLAVOR: &str = "cbinder-spin-debug";
+/// Fuzzer operations on cbinder-spin-debug: seed 001's safety check, beside the Rust debug run.
+const SPIN_FUZZ_OPS: u64 = 100_000;
 
 #[derive(Clone, Debug)]
 pub struct Opts {
@@ -176,7 +182,7 @@ pub fn run(opts: &Opts) -> Result<Nightly> {
     let t0 = Instant::now();
     std::fs::create_dir_all(&opts.out).with_context(|| format!("creating {}", opts.out.display()))?;
     let baseline = opts.baseline.as_deref().map(load_baseline).transpose()?;
-    let builds = build_kernels();
+    let builds = build_kernels(opts.profile);
     let stages = run_stages(opts)?;
     progress::note(format!("nightly: reproduce ({:?} profile)", opts.profile));
     let rdir = opts.out.join("reproduce");
@@ -213,9 +219,9 @@ pub fn run(opts: &Opts) -> Result<Nightly> {
     Ok(n)
 }
 
-fn build_kernels() -> Vec<BuildRec> {
+fn build_kernels(profile: Profile) -> Vec<BuildRec> {
     let mut builds = vec![];
-    for flavor in FLAVORS {
+    for flavor in FLAVORS.into_iter().chain((profile == Profile::Full).then_some(FULL_ONLY_FLAVOR)) {
         progress::note(format!("nightly: kernel {flavor}"));
         let t = Instant::now();
         let r = kernel::build(flavor);
@@ -235,7 +241,7 @@ fn build_kernels() -> Vec<BuildRec> {
 fn run_stages(opts: &Opts) -> Result<Vec<Stage>> {
     let load = |name: &str| load_plan(name).map_err(|e| format!("{e:#}"));
     let conformance = load("conformance");
-    let plans: Vec<(&str, &'static str, &str, std::result::Result<Plan, String>)> = vec![
+    let mut plans: Vec<(&str, &'static str, &str, std::result::Result<Plan, String>)> = vec![
         ("conformance-perf", "conformance", "perf", conformance.clone()),
         ("conformance-debug", "conformance", "debug", conformance.clone()),
         ("conformance-cbinder", "conformance", "cbinder", conformance),
@@ -243,6 +249,13 @@ fn run_stages(opts: &Opts) -> Result<Vec<Stage>> {
         ("ctabs-perf", "ctabs", "perf", load("ctabs")),
         ("fuzz-debug", "fuzz", "debug", Ok(fuzz_plan(opts.fuzz_ops))),
     ];
+    if opts.profile == Profile::Full {
+        // Seed 001's patch under lockdep, DEBUG_ATOMIC_SLEEP and KASAN, with the C allocator's KUnit.
+        let d = FULL_ONLY_FLAVOR;
+        plans.push(("conformance-cbinder-spin-debug", "conformance", d, load("conformance")));
+        plans.push(("kunit-cbinder-spin-debug", "kunit", d, load("kunit")));
+        plans.push(("fuzz-cbinder-spin-debug", "fuzz", d, Ok(fuzz_plan(SPIN_FUZZ_OPS.min(opts.fuzz_ops)))));
+    }
     let mut stages = vec![];
     for (name, kind, flavor, plan) in plans {
         progress::note(format!("nightly: {name}"));
@@ -283,13 +296,13 @@ fn figures(metrics: &Metrics) -> Vec<Figure> {
         .iter()
         .filter_map(|(name, m)| {
             let better = m.better?;
-            // Seed 001's mode 0 ran on the C driver, the fuzzer on debug, the rest on perf.
-            let flavor = if name.starts_with("seed001.") && name.ends_with(".m0") {
-                "cbinder"
-            } else if name.starts_with("fuzz-debug.") {
-                "debug"
-            } else {
-                "perf"
+            // Seed 001's modes 0 and 1 ran on the C driver (mutex, spinlock), the fuzzer on
+            // debug, the rest on perf.
+            let flavor = match (name.starts_with("seed001."), name.rsplit('.').next()) {
+                (true, Some("m0")) => "cbinder",
+                (true, Some("m1")) => "cbinder-spin",
+                _ if name.starts_with("fuzz-debug.") => "debug",
+                _ => "perf",
             };
             Some(Figure {
                 name: name.clone(),

@@ -13,9 +13,9 @@ pub fn rerender(dir: &Path) -> Result<()> {
     Ok(())
 }
 
-pub fn run(profile: Profile, out: Option<PathBuf>, args: &RunArgs) -> Result<Exit> {
+pub fn run(profile: Profile, out: Option<PathBuf>, only: &[String], args: &RunArgs) -> Result<Exit> {
     let out = out.unwrap_or_else(|| paths::repo().join("target/lab/reproduce").join(stamp::utc_stamp()));
-    let r = reproduce::run(profile, &args.measure_opts("bench")?, &out)?;
+    let r = reproduce::run_only(profile, &args.measure_opts("bench")?, &out, only)?;
     println!("{}", r.text);
     for o in r.outcomes() {
         for p in o.problems() {

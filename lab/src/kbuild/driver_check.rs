@@ -1,21 +1,21 @@
 //! `lab driver-check`: the series must be clippy-clean, rustfmt-clean and checkpatch-clean,
-//! as an upstream submission would be.
+//! as an upstream submission would be (checkpatch: every series a flavor applies).
 
 use crate::kbuild::pin::Lock;
 use crate::kbuild::tree::Series;
-use crate::kbuild::{kernel, setup};
+use crate::kbuild::{flavor, kernel, setup};
 use crate::support::paths;
 use crate::support::process::run_logged;
 use anyhow::{bail, Result};
+use std::path::Path;
 use std::process::Command;
 
 /// Runs the three checks and reports every finding before failing.
 pub fn run() -> Result<()> {
     let cache = paths::cache();
     let lock = Lock::load(&Lock::path())?;
-    let series = Series::load(&paths::driver_dir())?;
     let tc = setup::toolchain(&cache)?;
-    let (src, _tree_lock) = kernel::prepared_tree(&cache, &lock, &series, "driver-check")?;
+    let (src, _tree_lock) = kernel::prepared_tree(&cache, &lock, &flavor::load("perf")?.stack()?, "driver-check")?;
     let mut problems: Vec<String> = vec![];
 
     // Clippy on the Rust support code and the driver, in an O= directory of its own so the
@@ -57,28 +57,56 @@ pub fn run() -> Result<()> {
     }
     crate::support::progress::note(format!("rustfmtcheck: {}", if fmt.status.success() { "clean" } else { "FAILED" }));
 
-    for p in &series.patches {
-        // checkpatch runs scripts/spdxcheck.py with `python3`; use the system one, which has
-        // Debian's python3-ply and python3-git, ahead of any pyenv or venv.
-        let path = format!("/usr/bin:{}", std::env::var("PATH").unwrap_or_default());
-        let out = Command::new("perl")
-            .current_dir(&src)
-            .env("PATH", path)
-            // FILE_PATH_CHANGES asks whether MAINTAINERS needs updating for a new file; the
-            // ANDROID DRIVERS entry already covers all of drivers/android/.
-            .args(["scripts/checkpatch.pl", "--show-types", "-q", "--ignore", "FILE_PATH_CHANGES"])
-            .arg(series.dir.join(p))
-            .output()?;
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        let clean = out.status.success() && !text.contains("WARNING") && !text.contains("ERROR");
-        crate::support::progress::note(format!("checkpatch {p}: {}", if clean { "clean" } else { "FAILED" }));
-        if !clean {
-            problems.push(format!("checkpatch {p}:\n{text}"));
-        }
-    }
+    let checked = checkpatch_all(&src, &mut problems)?;
     if !problems.is_empty() {
         bail!("driver-check found problems:\n{}", problems.join("\n"));
     }
-    crate::support::progress::note(format!("driver-check: clean ({} patch(es))", series.patches.len()));
+    crate::support::progress::note(format!("driver-check: clean ({checked} patch(es))"));
     Ok(())
+}
+
+/// checkpatch over every series any flavor applies (rust-driver/, c-reference/, ...); returns
+/// how many patches it checked.
+fn checkpatch_all(src: &Path, problems: &mut Vec<String>) -> Result<usize> {
+    let mut dirs: Vec<String> = vec![];
+    for f in flavor::names() {
+        for s in flavor::load(&f)?.series {
+            if !dirs.contains(&s) {
+                dirs.push(s);
+            }
+        }
+    }
+    let mut n = 0;
+    for d in dirs {
+        let series = Series::load(&paths::repo().join(&d))?;
+        for p in &series.patches {
+            // checkpatch runs scripts/spdxcheck.py with `python3`; use the system one, which has
+            // Debian's python3-ply and python3-git, ahead of any pyenv or venv.
+            let path = format!("/usr/bin:{}", std::env::var("PATH").unwrap_or_default());
+            let out = Command::new("perl")
+                .current_dir(src)
+                .env("PATH", path)
+                // FILE_PATH_CHANGES asks whether MAINTAINERS needs updating for a new file; the
+                // ANDROID DRIVERS entry already covers all of drivers/android/. UNKNOWN_COMMIT_ID:
+                // the tree is a tarball without history, so upstream commits cited in a message
+                // (as `commit 123456789abc ("...")`) are unknown to it.
+                .args([
+                    "scripts/checkpatch.pl",
+                    "--show-types",
+                    "-q",
+                    "--ignore",
+                    "FILE_PATH_CHANGES,UNKNOWN_COMMIT_ID",
+                ])
+                .arg(series.dir.join(p))
+                .output()?;
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            let clean = out.status.success() && !text.contains("WARNING") && !text.contains("ERROR");
+            crate::support::progress::note(format!("checkpatch {d}/{p}: {}", if clean { "clean" } else { "FAILED" }));
+            if !clean {
+                problems.push(format!("checkpatch {d}/{p}:\n{text}"));
+            }
+            n += 1;
+        }
+    }
+    Ok(n)
 }

@@ -5,10 +5,12 @@
 //!   toolchain) by rename, only after make succeeded: an interrupted build never leaves
 //!   something that looks complete, and an unchanged input is a no-op.
 
+use crate::kbuild::flavor;
 use crate::kbuild::kconfig::Fragment;
 use crate::kbuild::pin::{ensure_kernel_deb, Lock};
 use crate::kbuild::setup;
 use crate::kbuild::tree::{self, Series};
+
 use crate::provision::toolchain::Toolchain;
 use crate::support::fs::{publish_dir, sha256_hex, write_atomic};
 use crate::support::paths;
@@ -26,31 +28,15 @@ const ARTIFACTS: [&str; 4] = ["Image", "vmlinux", ".config", "System.map"];
 /// Published builds kept per flavor.
 const KEEP: usize = 4;
 
-/// Kernel flavors: base.config plus `<flavor>.config`.
+/// Kernel flavors: `kernel-config/<flavor>.config` on base.config, and the composed ones of
+/// `kernel-config/flavors.toml` (see [`crate::kbuild::flavor`]).
 pub fn flavors() -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(paths::kernel_config_dir())
-        .map(|rd| {
-            rd.flatten()
-                .filter_map(|e| e.file_name().to_str()?.strip_suffix(".config").map(str::to_string))
-                .filter(|n| n != "base")
-                .collect()
-        })
-        .unwrap_or_default();
-    v.sort();
-    v
+    flavor::names()
 }
 
 /// The merged fragment for a flavor.
-pub fn fragment(flavor: &str) -> Result<Fragment> {
-    let dir = paths::kernel_config_dir();
-    let f = dir.join(format!("{flavor}.config"));
-    if !f.is_file() {
-        bail!(
-            "unknown kernel flavor {flavor:?}; known: {} (each is kernel-config/<flavor>.config)",
-            flavors().join(", ")
-        );
-    }
-    Ok(Fragment::merge(&[Fragment::load(&dir.join("base.config"))?, Fragment::load(&f)?]))
+pub fn fragment(name: &str) -> Result<Fragment> {
+    Ok(flavor::load(name)?.config)
 }
 
 /// A published build.
@@ -106,11 +92,13 @@ fn artifacts_dir(cache: &Path, flavor: &str, key: &str) -> PathBuf {
 }
 
 /// Builds (or finds) the kernel for `flavor`.
-pub fn build(flavor: &str) -> Result<Built> {
+pub fn build(name: &str) -> Result<Built> {
     let cache = paths::cache();
-    let merged = fragment(flavor)?;
+    let fl = flavor::load(name)?;
+    let flavor = fl.name.as_str();
+    let merged = fl.config.clone();
     let lock = Lock::load(&Lock::path())?;
-    let series = Series::load(&paths::driver_dir())?;
+    let series = fl.stack()?;
     let tc = setup::toolchain(&cache)?;
     let fingerprint = tc.fingerprint()?;
     // A published build of the tree as it is needs no tree lock: another flavor may hold it
@@ -214,15 +202,15 @@ fn closest_sibling(build_root: &Path, want: &str) -> Option<(usize, PathBuf)> {
 }
 
 /// The published build of `flavor` for this checkout, found without the tree lock. When the
-/// tree carries `series`, for the tree as it is (read twice: no other process is changing
-/// it); when it carries another checkout's series, for the clean state a sync to `series`
-/// recorded before. Either way the key names what a locked sync and build would name.
+/// tree carries `series` (the flavor's stack), for the tree as it is (read twice: no other
+/// process is changing it); when it carries another stack, for the clean state a sync to
+/// this one recorded before. Either way the key names what a locked sync and build would name.
 pub fn published(
     cache: &Path,
     flavor: &str,
     lock: &Lock,
     merged: &Fragment,
-    series: &Series,
+    series: &[Series],
     fingerprint: &str,
 ) -> Result<Option<Built>> {
     let src = tree::tree_dir(cache, lock);
@@ -239,10 +227,10 @@ pub fn published(
     Ok(dir.join("Image").is_file().then(|| Built { flavor: flavor.into(), key, dir }))
 }
 
-/// The kernel tree carrying the series, provisioning what is missing. The tree is shared by
+/// The kernel tree carrying the stack of series, provisioning what is missing. The tree is shared by
 /// every checkout on the machine: hold the returned lock for as long as the tree must stay
 /// at this series (a build, a check); `purpose` tells waiting processes why it is held.
-pub fn prepared_tree(cache: &Path, lock: &Lock, series: &Series, purpose: &str) -> Result<(PathBuf, std::fs::File)> {
+pub fn prepared_tree(cache: &Path, lock: &Lock, series: &[Series], purpose: &str) -> Result<(PathBuf, std::fs::File)> {
     let deb = ensure_kernel_deb(cache, lock)?;
     let src = tree::ensure_unpacked(cache, lock, &deb)?;
     let guard = tree::lock(cache, purpose)?;
@@ -397,12 +385,14 @@ mod tests {
         let _held = tree::lock(&cache, "building kernel debug").unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
         let (c, m, s) = (cache.clone(), merged.clone(), series.clone());
-        std::thread::spawn(move || tx.send(published(&c, "perf", &lock(), &m, &s, "tc").map_err(|e| format!("{e:#}"))));
+        std::thread::spawn(move || {
+            tx.send(published(&c, "perf", &lock(), &m, &[s], "tc").map_err(|e| format!("{e:#}")))
+        });
         let got = rx.recv_timeout(std::time::Duration::from_secs(20)).expect("published() waited for the tree lock");
         assert_eq!(got.unwrap().map(|b| b.key), Some(key.clone()));
         // An edit in the tree names another state: no published build for it.
         std::fs::write(src.join("drivers/a.rs"), "edited\n").unwrap();
-        assert!(published(&cache, "perf", &lock(), &merged, &series, "tc").unwrap().is_none());
+        assert!(published(&cache, "perf", &lock(), &merged, std::slice::from_ref(&series), "tc").unwrap().is_none());
         // Nor for a series the tree never carried.
         std::fs::write(src.join("drivers/a.rs"), "fn a() {}\n").unwrap();
         let other_dir = d.path().join("other-driver");
@@ -410,11 +400,14 @@ mod tests {
         std::fs::write(other_dir.join("0001-x.patch"), "x\n").unwrap();
         std::fs::write(other_dir.join("series"), "0001-x.patch\n").unwrap();
         let other = Series::load(&other_dir).unwrap();
-        assert!(published(&cache, "perf", &lock(), &merged, &other, "tc").unwrap().is_none());
+        assert!(published(&cache, "perf", &lock(), &merged, std::slice::from_ref(&other), "tc").unwrap().is_none());
         // While the tree carries another checkout's series, ours is still found by the clean
         // state its last sync recorded.
         crate::kbuild::tree::tests::stamp_as(&src, &other);
-        assert_eq!(published(&cache, "perf", &lock(), &merged, &series, "tc").unwrap().map(|b| b.key), Some(key));
+        assert_eq!(
+            published(&cache, "perf", &lock(), &merged, std::slice::from_ref(&series), "tc").unwrap().map(|b| b.key),
+            Some(key)
+        );
     }
 
     #[test]

@@ -1,6 +1,11 @@
 //! The prepared kernel tree: the unpacked tarball as a base commit, then one commit per
-//! patch of `rust-driver/series`. Driver developers edit and commit there, and
-//! `lab driver-export` turns the commits back into the series.
+//! patch of the series a flavor applies (a stack: `rust-driver/` first, then any extra series
+//! of the flavor, e.g. `c-reference/`). Driver developers edit and commit there, and
+//! `lab driver-export` turns the commits back into `rust-driver/`.
+//!
+//! `.git/lab-applied` records the commit each applied patch became, so switching between
+//! stacks that share a prefix checks out only the files the differing patches touch (and
+//! kbuild rebuilds only those).
 
 use crate::kbuild::pin::Lock;
 use crate::support::fs::{sha256_hex, write_atomic};
@@ -126,6 +131,11 @@ impl Series {
         Ok(Series { dir: dir.to_path_buf(), patches })
     }
 
+    /// The series' name: its directory's (`rust-driver`, `c-reference`).
+    pub fn name(&self) -> String {
+        self.dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+    }
+
     /// Content hash of the whole series: names and bytes, in order.
     pub fn hash(&self) -> Result<String> {
         let mut all = vec![];
@@ -152,6 +162,70 @@ fn set_stamps(tree: &Path, series_hash: &str) -> Result<()> {
     write_atomic(&tree.join(".git/lab-head"), head.as_bytes())
 }
 
+/// Hash of a stack of series. A single series keeps its own hash, the stamp every lab
+/// version wrote, so checkouts of different ages agree on what the tree carries.
+pub fn stack_hash(stack: &[Series]) -> Result<String> {
+    if let [one] = stack {
+        return one.hash();
+    }
+    let mut all = vec![];
+    for s in stack {
+        all.extend(format!("{}\0{}\n", s.name(), s.hash()?).into_bytes());
+    }
+    Ok(sha256_hex(&all))
+}
+
+/// One applied patch: `series/file`, the patch's SHA-256, the commit it became.
+#[derive(Clone, Debug, PartialEq)]
+struct Applied {
+    id: String,
+    sha: String,
+    commit: String,
+}
+
+fn wanted(stack: &[Series]) -> Result<Vec<(Applied, PathBuf)>> {
+    let mut v = vec![];
+    for s in stack {
+        for p in &s.patches {
+            let path = s.dir.join(p);
+            let sha = sha256_hex(&std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?);
+            v.push((Applied { id: format!("{}/{p}", s.name()), sha, commit: String::new() }, path));
+        }
+    }
+    Ok(v)
+}
+
+/// The recorded patches up to the commit `upto` (a stamp), or none when the record does not
+/// reach it (another lab version re-applied the tree without recording).
+fn applied_upto(tree: &Path, upto: Option<&str>) -> Vec<Applied> {
+    let text = stamp(tree, "lab-applied").unwrap_or_default();
+    let all: Vec<Applied> = text
+        .lines()
+        .filter_map(|l| {
+            let mut it = l.split(' ');
+            Some(Applied { id: it.next()?.into(), sha: it.next()?.into(), commit: it.next()?.into() })
+        })
+        .collect();
+    match all.iter().rposition(|a| Some(a.commit.as_str()) == upto) {
+        Some(i) => all[..=i].to_vec(),
+        None => vec![],
+    }
+}
+
+fn write_applied(tree: &Path, applied: &[Applied]) -> Result<()> {
+    let text: String = applied.iter().map(|a| format!("{} {} {}\n", a.id, a.sha, a.commit)).collect();
+    write_atomic(&tree.join(".git/lab-applied"), text.as_bytes())
+}
+
+/// True when the tree holds work that no series has: uncommitted edits, or commits beyond
+/// the last sync.
+pub fn has_work(tree: &Path) -> Result<bool> {
+    let head = git_out(tree, &["rev-parse", "HEAD"])?;
+    let dirty = git_out(tree, &["status", "--porcelain", "--untracked-files=no"])?;
+    let recorded = stamp(tree, "lab-head").or_else(|| stamp(tree, "lab-base"));
+    Ok(!dirty.is_empty() || recorded.as_deref() != Some(head.as_str()))
+}
+
 /// The lock on the shared kernel tree: one lab process at a time unpacks it, syncs it to
 /// its series and builds from it. `purpose` (e.g. "building kernel debug") is recorded for
 /// the processes that have to wait, which say what they wait for.
@@ -171,39 +245,44 @@ pub fn lock(cache: &Path, purpose: &str) -> Result<std::fs::File> {
     Ok(f)
 }
 
-/// Makes the tree carry exactly the series, unless it already does. Work the developer has
+/// Makes the tree carry exactly the stack, unless it already does. Work the developer has
 /// not exported (uncommitted edits or new commits) is never thrown away.
-pub fn sync_series(tree: &Path, series: &Series) -> Result<()> {
-    let want = series.hash()?;
+pub fn sync_series(tree: &Path, stack: &[Series]) -> Result<()> {
+    let want = stack_hash(stack)?;
     if stamp(tree, "lab-series").as_deref() == Some(want.as_str()) {
         return Ok(());
     }
-    let head = git_out(tree, &["rev-parse", "HEAD"])?;
-    let dirty = git_out(tree, &["status", "--porcelain", "--untracked-files=no"])?;
-    let recorded = stamp(tree, "lab-head").or_else(|| stamp(tree, "lab-base"));
-    if !dirty.is_empty() || recorded.as_deref() != Some(head.as_str()) {
+    if has_work(tree)? {
+        let dirty = !git_out(tree, &["status", "--porcelain", "--untracked-files=no"])?.is_empty();
+        let names: Vec<String> = stack.iter().map(|s| format!("{}/", s.name())).collect();
         bail!(
-            "rust-driver/ changed, but the kernel tree {} has work that is not in rust-driver/ yet \
+            "the kernel tree {} must carry {}, but it has work that is not in rust-driver/ yet \
              ({}).\nKeep it: commit it there and run `cargo make driver-export`, then merge with your rust-driver/ change.\n\
              Or drop it: `cargo make driver-reset` re-applies rust-driver/ from scratch.",
             tree.display(),
-            if dirty.is_empty() { "commits not exported" } else { "uncommitted changes" }
+            names.join(" + "),
+            if dirty { "uncommitted changes" } else { "commits not exported" }
         );
     }
-    apply_series(tree, series)?;
+    let keep = applied_upto(tree, stamp(tree, "lab-head").as_deref());
+    apply_series(tree, stack, keep)?;
     set_stamps(tree, &want)
 }
 
-/// Resets the work branch to the base commit and applies every patch as one commit.
-fn apply_series(tree: &Path, series: &Series) -> Result<()> {
+/// Applies the stack as one commit per patch, starting from the longest prefix of `keep`
+/// (patches already applied, in order) that the stack shares, else from the base commit.
+fn apply_series(tree: &Path, stack: &[Series], keep: Vec<Applied>) -> Result<()> {
     let base = stamp(tree, "lab-base").context("tree has no base stamp; delete it and rerun")?;
     let previous = git_out(tree, &["rev-parse", "HEAD"])?;
-    output(git(tree).args(["checkout", "-q", "-f", "-B", WORK_BRANCH, &base]))?;
-    for p in &series.patches {
-        let path = series.dir.join(p);
+    let want = wanted(stack)?;
+    let common = keep.iter().zip(&want).take_while(|(k, (w, _))| k.id == w.id && k.sha == w.sha).count();
+    let mut applied: Vec<Applied> = keep[..common].to_vec();
+    let start = applied.last().map(|a| a.commit.clone()).unwrap_or(base);
+    output(git(tree).args(["checkout", "-q", "-f", "-B", WORK_BRANCH, &start]))?;
+    for (w, path) in &want[common..] {
         let res = git(tree)
             .args(["am", "-q", "--committer-date-is-author-date", "--no-3way", "--keep-cr"])
-            .arg(&path)
+            .arg(path)
             .output()?;
         if !res.status.success() {
             let text = format!("{}{}", String::from_utf8_lossy(&res.stdout), String::from_utf8_lossy(&res.stderr));
@@ -219,12 +298,14 @@ fn apply_series(tree: &Path, series: &Series) -> Result<()> {
                 ),
             };
             bail!(
-                "patch rust-driver/{p} does not apply to the pinned kernel:\n{}\n{restored} Fix or rebase the patch (edit it in the tree and `cargo make driver-export`).",
+                "patch {} does not apply to the pinned kernel:\n{}\n{restored} Fix or rebase the patch (edit it in the tree and `cargo make driver-export`).",
+                w.id,
                 if failing.is_empty() { text.trim().to_string() } else { failing.join("\n") }
             );
         }
+        applied.push(Applied { commit: git_out(tree, &["rev-parse", "HEAD"])?, ..w.clone() });
     }
-    Ok(())
+    write_applied(tree, &applied)
 }
 
 /// Aborts a failed `git am` and puts the work branch back at `previous`, then checks that it
@@ -260,10 +341,10 @@ fn restore(tree: &Path, previous: &str) -> std::result::Result<(), String> {
     Err(wrong.join("; "))
 }
 
-/// Throws away tree work and re-applies the series.
-pub fn reset(tree: &Path, series: &Series) -> Result<()> {
-    apply_series(tree, series)?;
-    set_stamps(tree, &series.hash()?)
+/// Throws away tree work and re-applies the stack from the base commit.
+pub fn reset(tree: &Path, stack: &[Series]) -> Result<()> {
+    apply_series(tree, stack, vec![])?;
+    set_stamps(tree, &stack_hash(stack)?)
 }
 
 /// Writes the tree's commits since the base back as the series (exact round trip with
@@ -271,6 +352,20 @@ pub fn reset(tree: &Path, series: &Series) -> Result<()> {
 /// not produced here (a cover letter) are left alone.
 pub fn export(tree: &Path, dir: &Path) -> Result<Vec<String>> {
     let base = stamp(tree, "lab-base").context("tree has no base stamp")?;
+    let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let synced = applied_upto(tree, stamp(tree, "lab-head").as_deref());
+    if let Some(i) = synced.iter().position(|a| !a.id.starts_with(&format!("{name}/"))) {
+        let onto = if i == 0 { base.clone() } else { synced[i - 1].commit.clone() };
+        bail!(
+            "the kernel tree {} carries {} on top of {name}/ (a flavor with an extra series was built last), \
+             so its commits are not all {name}/'s.\nMove your commits onto {name}/'s last patch and rerun: \
+             git -C {} rebase --onto {onto} {}",
+            tree.display(),
+            synced[i].id,
+            tree.display(),
+            synced.last().map(|a| a.commit.as_str()).unwrap_or_default()
+        );
+    }
     let dirty = git_out(tree, &["status", "--porcelain", "--untracked-files=no"])?;
     if !dirty.is_empty() {
         crate::support::progress::note(format!(
@@ -290,7 +385,16 @@ pub fn export(tree: &Path, dir: &Path) -> Result<Vec<String>> {
         let lab = export_range(tree, &format!("{split}..HEAD"), &lab_dir, LAB_SERIES_HEADER)?;
         names.extend(lab.into_iter().map(|n| format!("{LAB_SUBDIR}/{n}")));
     }
-    set_stamps(tree, &Series::load(dir)?.hash()?)?;
+    let exported = Series::load(dir)?;
+    // Record what each exported patch became, so a later sync keeps these commits.
+    let commits = git_out(tree, &["rev-list", "--reverse", &format!("{base}..HEAD")])?;
+    let record: Vec<Applied> = wanted(std::slice::from_ref(&exported))?
+        .into_iter()
+        .zip(commits.lines())
+        .map(|((a, _), c)| Applied { commit: c.to_string(), ..a })
+        .collect();
+    write_applied(tree, &record)?;
+    set_stamps(tree, &exported.hash()?)?;
     Ok(names)
 }
 
@@ -347,27 +451,27 @@ fn format_patch_args() -> [&'static str; 6] {
     ["format-patch", "-q", "--zero-commit", "--full-index", "--no-signature", "--no-binary"]
 }
 
-/// Whether the tree is unpacked and its last sync was to `series`.
-pub fn carries(tree: &Path, series: &Series) -> Result<bool> {
-    Ok(unpacked(tree) && stamp(tree, "lab-series").as_deref() == Some(series.hash()?.as_str()))
+/// Whether the tree is unpacked and its last sync was to `stack`.
+pub fn carries(tree: &Path, stack: &[Series]) -> Result<bool> {
+    Ok(unpacked(tree) && stamp(tree, "lab-series").as_deref() == Some(stack_hash(stack)?.as_str()))
 }
 
 /// The tree's state (as [`state_hash`]) if it already carries `series` and nothing changes
 /// it while it is read: the lock-free way to find a published build. None when the tree is
 /// not unpacked, carries another series, or moved between two reads.
-pub fn settled_state(tree: &Path, series: &Series) -> Result<Option<String>> {
-    if !carries(tree, series)? {
+pub fn settled_state(tree: &Path, stack: &[Series]) -> Result<Option<String>> {
+    if !carries(tree, stack)? {
         return Ok(None);
     }
     let first = state_hash(tree)?;
     let second = state_hash(tree)?;
-    Ok((carries(tree, series)? && first == second).then_some(first))
+    Ok((carries(tree, stack)? && first == second).then_some(first))
 }
 
 /// The state (as [`state_hash`]) the tree would have right after syncing to `series`, if a
 /// sync to it was ever recorded: the HEAD it gave, with no edits. Read without any lock.
-pub fn recorded_state(tree: &Path, series: &Series) -> Result<Option<String>> {
-    Ok(std::fs::read_to_string(tree.join(".git/lab-series-heads").join(series.hash()?))
+pub fn recorded_state(tree: &Path, stack: &[Series]) -> Result<Option<String>> {
+    Ok(std::fs::read_to_string(tree.join(".git/lab-series-heads").join(stack_hash(stack)?))
         .ok()
         .map(|s| s.trim().to_string())
         .filter(|s| !s.is_empty()))
@@ -419,7 +523,7 @@ pub(crate) mod tests {
     fn fixture() -> (tempfile::TempDir, PathBuf, PathBuf) {
         let d = tempfile::tempdir().unwrap();
         let tree = d.path().join("tree");
-        let series = d.path().join("series-dir");
+        let series = d.path().join("rust-driver");
         std::fs::create_dir_all(tree.join("drivers")).unwrap();
         std::fs::create_dir_all(&series).unwrap();
         std::fs::write(tree.join("drivers/a.rs"), "fn a() {}\n").unwrap();
@@ -454,7 +558,7 @@ pub(crate) mod tests {
         let before: Vec<Vec<u8>> = names.iter().map(|n| std::fs::read(dir.join(n)).unwrap()).collect();
 
         // Re-apply from scratch, export again: same bytes, same commit ids.
-        reset(&tree, &Series::load(&dir).unwrap()).unwrap();
+        reset(&tree, &[Series::load(&dir).unwrap()]).unwrap();
         assert_eq!(std::fs::read_to_string(tree.join("drivers/a.rs")).unwrap(), "fn a() { c() }\n");
         let again = export(&tree, &dir).unwrap();
         assert_eq!(again, names);
@@ -507,7 +611,7 @@ pub(crate) mod tests {
         let broken = std::fs::read_to_string(&p).unwrap().replace("-fn a() {}", "-fn zzz() {}");
         std::fs::write(&p, broken).unwrap();
         let head = git_out(&tree, &["rev-parse", "HEAD"]).unwrap();
-        let e = sync_series(&tree, &Series::load(&dir).unwrap()).unwrap_err().to_string();
+        let e = sync_series(&tree, &[Series::load(&dir).unwrap()]).unwrap_err().to_string();
         assert!(e.contains("rust-driver/0001-rust_binder-one.patch does not apply"), "{e}");
         assert!(e.contains("drivers/a.rs"), "{e}");
         assert_eq!(git_out(&tree, &["rev-parse", "HEAD"]).unwrap(), head);
@@ -523,7 +627,7 @@ pub(crate) mod tests {
         std::fs::create_dir_all(hook.parent().unwrap()).unwrap();
         std::fs::write(&hook, "#!/bin/sh\ntouch \"$(git rev-parse --git-dir)/index.lock\"\nexit 1\n").unwrap();
         std::fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-        let e = reset(&tree, &Series::load(&dir).unwrap()).unwrap_err().to_string();
+        let e = reset(&tree, &[Series::load(&dir).unwrap()]).unwrap_err().to_string();
         assert!(e.contains("does not apply"), "{e}");
         assert!(!e.contains("left as it was before"), "{e}");
         assert!(e.contains("Restoring the tree") && e.contains("driver-reset"), "{e}");
@@ -605,7 +709,7 @@ pub(crate) mod tests {
         std::fs::write(tree.join("drivers/a.rs"), "local edit\n").unwrap();
         // The series changes underneath (e.g. git pull): refuse, keep the edit.
         std::fs::write(dir.join("series"), "").unwrap();
-        let e = sync_series(&tree, &Series::load(&dir).unwrap()).unwrap_err().to_string();
+        let e = sync_series(&tree, &[Series::load(&dir).unwrap()]).unwrap_err().to_string();
         assert!(e.contains("uncommitted changes") && e.contains("driver-export"), "{e}");
         assert_eq!(std::fs::read_to_string(tree.join("drivers/a.rs")).unwrap(), "local edit\n");
     }
@@ -619,6 +723,81 @@ pub(crate) mod tests {
         assert_ne!(clean, edited);
         std::fs::write(tree.join("drivers/a.rs"), "fn a() {}\n").unwrap();
         assert_eq!(state_hash(&tree).unwrap(), clean);
+    }
+
+    /// rust-driver/ with one exported patch, and an extra series `extra/` patching b.c.
+    fn stack_fixture() -> (tempfile::TempDir, PathBuf, Series, Series) {
+        let (d, tree, dir) = fixture();
+        std::fs::write(tree.join("drivers/b.c"), "int b;\n").unwrap();
+        output(git(&tree).args(["add", "drivers/b.c"])).unwrap();
+        output(git(&tree).args(["commit", "-q", "--amend", "--no-edit"])).unwrap();
+        let base = git_out(&tree, &["rev-parse", "HEAD"]).unwrap();
+        std::fs::write(tree.join(".git/lab-base"), base).unwrap();
+        commit(&tree, "drivers/a.rs", "fn a() { b() }\n", "rust_binder: one");
+        export(&tree, &dir).unwrap();
+        commit(&tree, "drivers/b.c", "long b;\n", "binder: extra");
+        let extra = d.path().join("extra");
+        std::fs::create_dir_all(&extra).unwrap();
+        output(git(&tree).args(format_patch_args()).arg("-o").arg(&extra).arg("HEAD~1..HEAD")).unwrap();
+        std::fs::write(extra.join("series"), "0001-binder-extra.patch\n").unwrap();
+        output(git(&tree).args(["reset", "-q", "--hard", "HEAD~1"])).unwrap();
+        (d, tree, Series::load(&dir).unwrap(), Series::load(&extra).unwrap())
+    }
+
+    fn mtime(p: &Path) -> std::time::SystemTime {
+        std::fs::metadata(p).unwrap().modified().unwrap()
+    }
+
+    #[test]
+    fn stacks_switch_by_their_common_prefix() {
+        let (_d, tree, rust, extra) = stack_fixture();
+        let default = [rust.clone()];
+        let spin = [rust.clone(), extra.clone()];
+        assert_eq!(stack_hash(&default).unwrap(), rust.hash().unwrap());
+        assert_ne!(stack_hash(&spin).unwrap(), stack_hash(&default).unwrap());
+
+        sync_series(&tree, &spin).unwrap();
+        assert_eq!(std::fs::read_to_string(tree.join("drivers/b.c")).unwrap(), "long b;\n");
+        assert_eq!(std::fs::read_to_string(tree.join("drivers/a.rs")).unwrap(), "fn a() { b() }\n");
+        let spin_head = git_out(&tree, &["rev-parse", "HEAD"]).unwrap();
+        let a_time = mtime(&tree.join("drivers/a.rs"));
+        std::thread::sleep(std::time::Duration::from_millis(20));
+
+        // Back to the default stack: only b.c is rewritten, a.rs (rust-driver/) is not touched.
+        sync_series(&tree, &default).unwrap();
+        assert_eq!(std::fs::read_to_string(tree.join("drivers/b.c")).unwrap(), "int b;\n");
+        assert_eq!(mtime(&tree.join("drivers/a.rs")), a_time);
+        sync_series(&tree, &spin).unwrap();
+        assert_eq!(mtime(&tree.join("drivers/a.rs")), a_time);
+        // Deterministic commits: the same stack gives the same HEAD however it was reached.
+        assert_eq!(git_out(&tree, &["rev-parse", "HEAD"]).unwrap(), spin_head);
+        reset(&tree, &spin).unwrap();
+        assert_eq!(git_out(&tree, &["rev-parse", "HEAD"]).unwrap(), spin_head);
+    }
+
+    #[test]
+    fn export_refuses_a_tree_carrying_an_extra_series() {
+        let (_d, tree, rust, extra) = stack_fixture();
+        sync_series(&tree, &[rust.clone(), extra]).unwrap();
+        commit(&tree, "drivers/a.rs", "fn a() { c() }\n", "rust_binder: two");
+        let before = std::fs::read_to_string(rust.dir.join("series")).unwrap();
+        let e = export(&tree, &rust.dir).unwrap_err().to_string();
+        assert!(e.contains("carries extra/0001-binder-extra.patch on top of rust-driver/"), "{e}");
+        assert!(e.contains("rebase --onto"), "{e}");
+        assert_eq!(std::fs::read_to_string(rust.dir.join("series")).unwrap(), before);
+    }
+
+    #[test]
+    fn a_record_that_does_not_reach_the_head_is_ignored() {
+        let (_d, tree, rust, extra) = stack_fixture();
+        sync_series(&tree, &[rust.clone(), extra.clone()]).unwrap();
+        // Another lab version re-applied the tree without recording: the record is stale.
+        std::fs::write(tree.join(".git/lab-head"), "0".repeat(40)).unwrap();
+        assert!(applied_upto(&tree, stamp(&tree, "lab-head").as_deref()).is_empty());
+        let spin_head = git_out(&tree, &["rev-parse", "HEAD"]).unwrap();
+        std::fs::write(tree.join(".git/lab-head"), &spin_head).unwrap();
+        assert_eq!(applied_upto(&tree, Some(&spin_head)).len(), 2);
+        assert_eq!(applied_upto(&tree, Some(&spin_head))[1].id, "extra/0001-binder-extra.patch");
     }
 
     #[test]

@@ -213,12 +213,18 @@ struct ResultsFile<'a> {
 
 /// Per-call latencies (ms) of the throughput runs, pooled per mode, for the CDF plot.
 fn latency_samples(events: &[Event]) -> BTreeMap<u32, Vec<f64>> {
+    samples_ms(events, "throughput", "throughput", "/samples_ms")
+}
+
+/// The `samples_ms` array at JSON `pointer` of the `case` results of `bench` steps, pooled
+/// per mode (e.g. `("inversion-fifo", "inversion", "/high/samples_ms")`).
+pub fn samples_ms(events: &[Event], bench: &str, case_name: &str, pointer: &str) -> BTreeMap<u32, Vec<f64>> {
     let mut out: BTreeMap<u32, Vec<f64>> = BTreeMap::new();
     for e in events {
         let Event::Result { step, case, data, .. } = e else { continue };
-        let Some(("throughput", mode)) = parse_step(step) else { continue };
-        if case == "throughput" {
-            if let Some(v) = data["samples_ms"].as_array() {
+        let Some((b, mode)) = parse_step(step) else { continue };
+        if b == bench && case == case_name {
+            if let Some(v) = data.pointer(pointer).and_then(|v| v.as_array()) {
                 out.entry(mode).or_default().extend(v.iter().filter_map(|x| x.as_f64()));
             }
         }

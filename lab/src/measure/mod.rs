@@ -6,4 +6,6 @@ pub mod gate;
 pub mod plots;
 pub mod reproduce;
 pub mod samples;
+pub mod seed001;
 pub mod stats;
+pub mod table;

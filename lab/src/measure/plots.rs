@@ -104,16 +104,21 @@ pub fn sendvec(path: &Path, rows: &BTreeMap<String, Row>, metric: &str, labels: 
 
 /// Empirical CDF of per-call latency, one line per mode (all repetitions pooled).
 pub fn latency_cdf(path: &Path, samples_ms: &BTreeMap<u32, Vec<f64>>) -> Result<()> {
+    // Up to the 99th percentile: the rare multi-ms outliers would squash the body of the curve.
+    cdf(path, "Transaction latency CDF (to p99)", samples_ms, &MODE_NAMES, 99.0)
+}
+
+/// An empirical CDF per mode, labelled `labels[mode]`, cut at percentile `upto` of all samples.
+pub fn cdf(path: &Path, title: &str, samples_ms: &BTreeMap<u32, Vec<f64>>, labels: &[&str], upto: f64) -> Result<()> {
     if samples_ms.values().all(Vec::is_empty) {
         return Ok(());
     }
-    // Up to the 99th percentile: the rare multi-ms outliers would squash the body of the curve.
     let pooled = crate::measure::stats::sorted(&samples_ms.values().flatten().copied().collect::<Vec<_>>());
-    let max = crate::measure::stats::percentile_sorted(&pooled, 99.0).unwrap_or(1.0).max(1e-3);
+    let max = crate::measure::stats::percentile_sorted(&pooled, upto).unwrap_or(1.0).max(1e-3);
     let root = SVGBackend::new(path, (640, 400)).into_drawing_area();
     root.fill(&WHITE).map_err(err)?;
     let mut chart = ChartBuilder::on(&root)
-        .caption("Transaction latency CDF (to p99)", ("sans-serif", 18))
+        .caption(title, ("sans-serif", 18))
         .margin(12)
         .x_label_area_size(30)
         .y_label_area_size(40)
@@ -130,7 +135,7 @@ pub fn latency_cdf(path: &Path, samples_ms: &BTreeMap<u32, Vec<f64>>) -> Result<
                 c.stroke_width(2),
             ))
             .map_err(err)?
-            .label(MODE_NAMES[(*m as usize).min(2)])
+            .label(labels.get(*m as usize).copied().unwrap_or("?"))
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], c.stroke_width(2)));
     }
     chart.configure_series_labels().border_style(BLACK).background_style(WHITE).draw().map_err(err)?;

@@ -2,8 +2,8 @@
 //! beside the lab's (median and 95% CI) and whether the direction of the change matches.
 //!
 //! - Seed 000 (CTABS): the `bench` plan, CTABS modes 0/1/2 interleaved in one boot.
-//! - Seed 001 (alloc->mutex): binderThroughputTest, 2 workers, on the C driver (`cbinder`
-//!   flavor, alloc->mutex) and on the Rust driver (spinlocks), boots alternating.
+//! - Seed 001 (alloc->mutex): the C driver with and without the seed's spinlock patch and the
+//!   Rust driver, on binderThroughputTest -w 2 and the inversion workload ([`super::seed001`]).
 //! - Seed 002 (deferred BR_TRANSACTION_COMPLETE): binder-sendvec with `defer_tc` off and on,
 //!   interleaved in one boot.
 
@@ -11,7 +11,9 @@ use crate::harness::opts::RunOpts;
 use crate::harness::outcome::Outcome;
 use crate::measure::bench::{self, Job, Profile};
 use crate::measure::samples::{self, Row, Samples};
-use crate::measure::stats::{self, Estimate};
+use crate::measure::seed001::Seed001;
+use crate::measure::table::{big, delta, est, pct, show, show_delta, show_in};
+pub use crate::measure::table::{lab_dir, mark, seed_dir, Dir, LEGEND};
 use crate::report::run_plan;
 use anyhow::{Context, Result};
 use labproto::Event;
@@ -56,22 +58,6 @@ pub struct ValuesRow {
 }
 
 #[derive(Debug, Deserialize)]
-pub struct Seed001 {
-    pub rows: Vec<RangeRow>,
-}
-
-#[derive(Debug, Deserialize)]
-pub struct RangeRow {
-    pub name: String,
-    pub metric: String,
-    pub unit: String,
-    /// Lowest and highest over the seed's runs.
-    pub before: [f64; 2],
-    pub after: [f64; 2],
-    pub claim: String,
-}
-
-#[derive(Debug, Deserialize)]
 pub struct Seed002 {
     pub rows: Vec<SendVecRow>,
 }
@@ -86,91 +72,6 @@ pub struct SendVecRow {
 
 pub fn seeds() -> Result<Seeds> {
     toml::from_str(include_str!("../../seeds.toml")).context("lab/seeds.toml")
-}
-
-/// Direction of a change.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Dir {
-    Up,
-    Down,
-    Flat,
-}
-
-/// The seed's figures carry no error bars: changes under 1% count as no change.
-pub fn seed_dir(delta_pct: f64) -> Dir {
-    if delta_pct > 1.0 {
-        Dir::Up
-    } else if delta_pct < -1.0 {
-        Dir::Down
-    } else {
-        Dir::Flat
-    }
-}
-
-/// The lab's direction: only a change whose 95% CI excludes zero counts.
-pub fn lab_dir(e: &Estimate) -> Dir {
-    if e.lo > 0.0 {
-        Dir::Up
-    } else if e.hi < 0.0 {
-        Dir::Down
-    } else {
-        Dir::Flat
-    }
-}
-
-/// ✓ same direction, ~ no significant change in the lab where the seed saw one, ✗ otherwise.
-pub fn mark(seed: Dir, lab: Option<Dir>) -> &'static str {
-    match lab {
-        None => "?",
-        Some(l) if l == seed => "✓",
-        Some(Dir::Flat) => "~",
-        Some(_) => "✗",
-    }
-}
-
-pub const LEGEND: &str =
-    "Direction: ✓ the lab's change has the seed's sign (95% CI excludes 0, or both show no change); \
-~ the lab's CI spans 0 where the seed reports a change; ✗ opposite, or a change where the seed reports none; \
-? no lab value. Seed changes under 1% count as no change.";
-
-fn pct(from: f64, to: f64) -> f64 {
-    (to - from) / from * 100.0
-}
-
-fn est(rows: &BTreeMap<String, Row>, metric: &str, mode: u32) -> Option<Estimate> {
-    rows.get(metric)?.per_mode.get(&mode).copied()
-}
-
-fn delta(rows: &BTreeMap<String, Row>, metric: &str, mode: u32) -> Option<Estimate> {
-    rows.get(metric)?.delta_pct.get(&mode).copied()
-}
-
-/// `0.512 [0.50, 0.53]`, or n/a.
-fn show(e: Option<Estimate>, digits: usize) -> String {
-    e.map(|e| e.show(digits)).unwrap_or_else(|| "n/a".into())
-}
-
-fn show_delta(e: Option<Estimate>) -> String {
-    e.map(|e| format!("{:+.1}% [{:+.1}, {:+.1}]", e.value, e.lo, e.hi)).unwrap_or_else(|| "n/a".into())
-}
-
-/// Large counts as the seed writes them (143.15 B, 1,078 M).
-fn big(v: f64) -> String {
-    match v.abs() {
-        x if x >= 1e9 => format!("{:.2} B", v / 1e9),
-        x if x >= 1e6 => format!("{:.1} M", v / 1e6),
-        x if x >= 1e4 => format!("{:.1} K", v / 1e3),
-        _ => format!("{v:.0}"),
-    }
-}
-
-/// A lab estimate in the row's unit: ms with 3 decimals, counts as the seed writes them.
-fn show_in(e: Option<Estimate>, unit: &str) -> String {
-    match e {
-        Some(e) if unit == "ms" => e.show(3),
-        Some(e) => format!("{} [{}, {}]", big(e.value), big(e.lo), big(e.hi)),
-        None => "n/a".into(),
-    }
 }
 
 const TIER_NAMES: [(&str, &str); 3] =
@@ -302,101 +203,6 @@ pub fn seed000_throughput(seed: &Seed000, rows: &BTreeMap<String, Row>) -> Strin
     s
 }
 
-fn range(xs: &[f64]) -> Option<(f64, f64)> {
-    let lo = xs.iter().copied().fold(f64::INFINITY, f64::min);
-    let hi = xs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    (lo.is_finite() && hi.is_finite()).then_some((lo, hi))
-}
-
-fn fmt_range(r: Option<(f64, f64)>, unit: &str) -> String {
-    match r {
-        Some((lo, hi)) if unit == "ms" => format!("{lo:.3}-{hi:.3}ms"),
-        Some((lo, hi)) => format!("{}-{} {unit}", big(lo), big(hi)),
-        None => "n/a".into(),
-    }
-}
-
-/// Seed 001's layout: the range over the runs, before (mutex) and after (spinlock), then
-/// the lab's median and Δ with CIs, and the spread (highest / lowest throughput).
-pub fn seed001_table(seed: &Seed001, samples: &Samples, rows: &BTreeMap<String, Row>) -> String {
-    let mut s = String::new();
-    let w = 26;
-    let _ = writeln!(
-        s,
-        "{:<11} {:<5} {:>w$} {:>w$} {:>w$}  dir",
-        "", "", "mutex (C driver)", "spinlock (Rust driver)", "Δ of medians"
-    );
-    let runs = |m: &str, mode: u32| samples.get(m).and_then(|x| x.get(&mode)).cloned().unwrap_or_default();
-    for r in &seed.rows {
-        let mid = |x: [f64; 2]| (x[0] + x[1]) / 2.0;
-        let sd = pct(mid(r.before), mid(r.after));
-        let _ = writeln!(
-            s,
-            "{:<11} {:<5} {:>w$} {:>w$} {:>w$}",
-            format!("{}:", r.name),
-            "seed",
-            fmt_range(Some((r.before[0], r.before[1])), &r.unit),
-            fmt_range(Some((r.after[0], r.after[1])), &r.unit),
-            format!("{sd:+.0}% ({})", r.claim)
-        );
-        let _ = writeln!(
-            s,
-            "{:<11} {:<5} {:>w$} {:>w$}",
-            "",
-            "lab",
-            fmt_range(range(&runs(&r.metric, 0)), &r.unit),
-            fmt_range(range(&runs(&r.metric, 1)), &r.unit)
-        );
-        let l = delta(rows, &r.metric, 1);
-        let _ = writeln!(
-            s,
-            "{:<11} {:<5} {:>w$} {:>w$} {:>w$}  {}",
-            "",
-            "  med",
-            show_in(est(rows, &r.metric, 0), &r.unit),
-            show_in(est(rows, &r.metric, 1), &r.unit),
-            show_delta(l),
-            mark(seed_dir(sd), l.as_ref().map(lab_dir))
-        );
-    }
-    // The seed's "variance" row: how far apart the fastest and slowest runs are.
-    let spread = |mode: u32| {
-        let t = runs("throughput.iterations_per_sec", mode);
-        range(&t).map(|(lo, hi)| (hi / lo, stats::cv(&t).unwrap_or(f64::NAN) * 100.0))
-    };
-    let seed_spread = |pick: fn(&RangeRow) -> [f64; 2]| {
-        let t = seed.rows.iter().find(|r| r.metric == "throughput.iterations_per_sec").map(pick);
-        t.map(|[lo, hi]| hi / lo).unwrap_or(f64::NAN)
-    };
-    let _ = writeln!(
-        s,
-        "{:<11} {:<5} {:>w$} {:>w$}",
-        "variance:",
-        "seed",
-        format!("high ({:.1}x spread)", seed_spread(|r| r.before)),
-        format!("low ({:.2}x spread)", seed_spread(|r| r.after))
-    );
-    let show_spread = |x: Option<(f64, f64)>| match x {
-        Some((sp, cv)) => format!("{sp:.2}x spread, CV {cv:.1}%"),
-        None => "n/a".into(),
-    };
-    let (c, r) = (spread(0), spread(1));
-    let lab_mark = match (c, r) {
-        (Some((a, _)), Some((b, _))) => mark(Dir::Down, Some(seed_dir(pct(a, b)))),
-        _ => "?",
-    };
-    let _ = writeln!(
-        s,
-        "{:<11} {:<5} {:>w$} {:>w$} {:>w$}  {lab_mark}",
-        "",
-        "lab",
-        show_spread(c),
-        show_spread(r),
-        "(point values)"
-    );
-    s
-}
-
 /// Seed 002's BM_sendVec_binderize rows: before (deferral off) and after (on).
 pub fn seed002_table(seed: &Seed002, rows: &BTreeMap<String, Row>, iterations: usize) -> String {
     let mut s = String::new();
@@ -449,24 +255,51 @@ pub fn seed002_table(seed: &Seed002, rows: &BTreeMap<String, Row>, iterations: u
 pub struct Sizes {
     /// Seed 000: interleaved repetitions per mode.
     pub bench_reps: usize,
-    /// Seed 001: runs per driver (as in the seed: 10) and iterations per run.
+    /// Seed 001: runs per driver (as in the seed: 10) and iterations per run; calls per
+    /// high-priority sender in each run of the inversion workload.
     pub tput_runs: usize,
     pub tput_iters: usize,
+    #[serde(default)]
+    pub inv_iters: usize,
+    #[serde(default)]
+    pub inv_runs: usize,
     /// Seed 002: repetitions per mode and iterations per size.
     pub sendvec_reps: usize,
     pub sendvec_iters: usize,
 }
 
 impl Sizes {
+    pub fn seed001(&self) -> crate::measure::seed001::Size {
+        crate::measure::seed001::Size {
+            runs: self.tput_runs,
+            tput_iters: self.tput_iters,
+            inv_runs: self.inv_runs,
+            inv_iters: self.inv_iters,
+        }
+    }
+
     pub fn of(profile: Profile) -> Sizes {
         match profile {
-            Profile::Quick => {
-                Sizes { bench_reps: 2, tput_runs: 4, tput_iters: 1000, sendvec_reps: 2, sendvec_iters: 100 }
-            }
+            Profile::Quick => Sizes {
+                bench_reps: 2,
+                tput_runs: 2,
+                tput_iters: 1000,
+                inv_runs: 2,
+                inv_iters: 50,
+                sendvec_reps: 2,
+                sendvec_iters: 100,
+            },
             // About 10 minutes here in all.
-            Profile::Full => {
-                Sizes { bench_reps: 12, tput_runs: 10, tput_iters: 10000, sendvec_reps: 8, sendvec_iters: 1000 }
-            }
+            Profile::Full => Sizes {
+                bench_reps: 12,
+                tput_runs: 10,
+                tput_iters: 10000,
+                // With a hog per CPU every vCPU is busy: ~20 s of wall time per run of 200.
+                inv_runs: 6,
+                inv_iters: 200,
+                sendvec_reps: 8,
+                sendvec_iters: 1000,
+            },
         }
     }
 }
@@ -474,12 +307,13 @@ impl Sizes {
 /// Each seed's experiment: its runs, samples and summary.
 pub struct Experiment {
     pub outcomes: Vec<Outcome>,
+    pub events: Vec<Event>,
     pub samples: Samples,
     pub rows: BTreeMap<String, Row>,
 }
 
 impl Experiment {
-    fn new(outcomes: Vec<Outcome>) -> Experiment {
+    pub fn new(outcomes: Vec<Outcome>) -> Experiment {
         let events: Vec<Event> = outcomes.iter().flat_map(|o| o.events.iter().cloned()).collect();
         Experiment { outcomes, ..Experiment::from_events(&events) }
     }
@@ -487,7 +321,7 @@ impl Experiment {
     /// From saved events only (no runs): for re-analysing a finished reproduction.
     fn from_events(events: &[Event]) -> Experiment {
         let samples = samples::collect(events);
-        Experiment { rows: samples::summarise(&samples), samples, outcomes: vec![] }
+        Experiment { rows: samples::summarise(&samples), samples, outcomes: vec![], events: events.to_vec() }
     }
 }
 
@@ -534,27 +368,6 @@ pub fn rerender(dir: &Path) -> Result<String> {
     Ok(render(&seeds()?, &s0, &s1, &s2, saved.sizes))
 }
 
-/// The C driver vs the Rust driver, 2 workers, boots alternating so host drift hits both.
-/// Mode 0 is the C driver (`cbinder`), mode 1 the Rust driver (`base.flavor`).
-pub fn seed001(sizes: Sizes, base: &RunOpts) -> Result<Experiment> {
-    const ROUNDS: usize = 2;
-    let per_boot = sizes.tput_runs.div_ceil(ROUNDS);
-    // The driver is chosen by the kernel, so the job is the same in both modes.
-    let job = || Job {
-        bench: "throughput",
-        argv: ["/bin/binder-throughput", "-w", "2", "-i", &sizes.tput_iters.to_string()].map(String::from).to_vec(),
-    };
-    let mut outcomes = vec![];
-    for _ in 0..ROUNDS {
-        for (mode, flavor) in [(0, "cbinder"), (1, base.flavor.as_str())] {
-            let plan = bench::interleaved(&format!("seed001-{flavor}"), per_boot, &[job()], &[(mode, vec![])]);
-            let opts = RunOpts { flavor: flavor.to_string(), ..base.clone() };
-            outcomes.push(run_plan(&plan, &opts)?);
-        }
-    }
-    Ok(Experiment::new(outcomes))
-}
-
 /// Deferral off (mode 0, the "before") and on (mode 1), interleaved in one boot.
 pub fn seed002(sizes: Sizes, base: &RunOpts) -> Result<Experiment> {
     let job = Job {
@@ -575,9 +388,12 @@ pub const LIMITS: &[&str] = &[
      the tier tables show where transactions land, not what locality would save on silicon.",
     "There is no energy model or EAS under QEMU, and the Rust driver has no real-time priority inheritance: \
      the SCHED_FIFO caller's server thread runs as SCHED_OTHER.",
-    "Seed 001 compared the C driver's alloc->mutex with a spinlock in the same driver; the lab's \"after\" is the \
-     Rust driver, which keeps buffer metadata under spinlocks but differs in other ways too. Nothing here holds \
-     the lock at low priority, so the priority inversion the seed describes has no trigger.",
+    "Seed 001's A/B is the C driver with alloc->mutex (cbinder) against the seed's spinlock patch \
+     (cbinder-spin, c-reference/); the Rust driver (perf) is a third column, not the seed's \"after\". The seed's \
+     own workload (-w 2, no low-priority lock holder) cannot trigger the inversion it describes; the inversion \
+     workload does (nice 19 senders preempted by CPU hogs while holding the lock), and its lock rows count what \
+     tracefs saw. Under single-threaded TCG a vCPU can also stop inside a critical section when QEMU switches \
+     vCPUs, which a spinlock cannot prevent (a lock-holder preemption the phone does not have).",
     "Seed 002's \"before\" is the Rust driver with `rust_binder.defer_tc=0` (lab-only series rust-driver/lab/), not the \
      2017 C driver.",
 ];
@@ -632,14 +448,7 @@ pub fn render(seeds: &Seeds, s0: &Experiment, s1: &Experiment, s2: &Experiment, 
         "## Seed 000: CTABS, binderThroughputTest\n\n```\n{}```\n",
         seed000_throughput(&seeds.seed000, &s0.rows)
     );
-    let _ = writeln!(
-        t,
-        "## Seed 001: alloc->mutex vs spinlock, binderThroughputTest -w 2, {} runs per driver of {} iterations\n\n```\n{}```\n",
-        sizes.tput_runs,
-        sizes.tput_iters,
-        seed001_table(&seeds.seed001, &s1.samples, &s1.rows)
-    );
-    let _ = writeln!(t, "![seed 001](seed001-throughput.svg)\n");
+    t.push_str(&crate::measure::seed001::render(&seeds.seed001, &s1.samples, &s1.rows, sizes.seed001()));
     let _ = writeln!(
         t,
         "## Seed 002: deferred BR_TRANSACTION_COMPLETE, BM_sendVec, {} interleaved repetitions per mode\n\n```\n{}```\n",
@@ -657,14 +466,7 @@ pub fn render(seeds: &Seeds, s0: &Experiment, s1: &Experiment, s2: &Experiment, 
 /// The plots the report names: seed 001's throughput per driver, seed 002's time and CPU per
 /// payload size per mode.
 fn write_plots(out: &Path, s1: &Experiment, s2: &Experiment) -> Result<()> {
-    if let Some(row) = s1.rows.get("throughput.iterations_per_sec") {
-        crate::measure::plots::bars(
-            &out.join("seed001-throughput.svg"),
-            "Seed 001: binderThroughputTest -w 2, iterations/s (median, 95% CI)",
-            row,
-            &["C driver (mutex)", "Rust driver"],
-        )?;
-    }
+    crate::measure::seed001::write_plots(out, &s1.rows, &s1.events)?;
     let labels = ["defer_tc=0 (before)", "defer_tc=1 (after)"];
     crate::measure::plots::sendvec(&out.join("seed002-time.svg"), &s2.rows, "time_ns", &labels)?;
     crate::measure::plots::sendvec(&out.join("seed002-cpu.svg"), &s2.rows, "cpu_ns", &labels)
@@ -672,18 +474,42 @@ fn write_plots(out: &Path, s1: &Experiment, s2: &Experiment) -> Result<()> {
 
 /// Runs the three experiments, then writes `reproduce.md` and `reproduce.json` to `out`.
 pub fn run(profile: Profile, base: &RunOpts, out: &Path) -> Result<Reproduction> {
+    run_only(profile, base, out, &[])
+}
+
+/// [`run`] with only the seeds named in `only` (`000`, `001`, `002`; empty: all).
+pub fn run_only(profile: Profile, base: &RunOpts, out: &Path, only: &[String]) -> Result<Reproduction> {
+    const SEEDS: [&str; 3] = ["000", "001", "002"];
+    if let Some(bad) = only.iter().find(|s| !SEEDS.contains(&s.as_str())) {
+        anyhow::bail!("--only {bad}: the seeds are {}", SEEDS.join(", "));
+    }
+    let want = |s: &str| only.is_empty() || only.iter().any(|o| o == s);
     let seeds = seeds()?;
     let sizes = Sizes::of(profile);
-    crate::support::progress::note(format!(
-        "reproduce: seed 000 (CTABS modes 0/1/2, {} repetitions)",
-        sizes.bench_reps
-    ));
-    let (o0, _) = bench::execute(profile, sizes.bench_reps, base)?;
-    let s0 = Experiment::new(vec![o0]);
-    crate::support::progress::note(format!("reproduce: seed 001 (C vs Rust driver, {} runs each)", sizes.tput_runs));
-    let s1 = seed001(sizes, base)?;
-    crate::support::progress::note(format!("reproduce: seed 002 (defer_tc 0/1, {} repetitions)", sizes.sendvec_reps));
-    let s2 = seed002(sizes, base)?;
+    let mut s0 = Experiment::new(vec![]);
+    if want("000") {
+        crate::support::progress::note(format!(
+            "reproduce: seed 000 (CTABS modes 0/1/2, {} repetitions)",
+            sizes.bench_reps
+        ));
+        s0 = Experiment::new(vec![bench::execute(profile, sizes.bench_reps, base)?.0]);
+    }
+    let mut s1 = Experiment::new(vec![]);
+    if want("001") {
+        crate::support::progress::note(format!(
+            "reproduce: seed 001 (C mutex, C spinlock, Rust; {} runs each)",
+            sizes.tput_runs
+        ));
+        s1 = Experiment::new(crate::measure::seed001::run(sizes.seed001(), base)?);
+    }
+    let mut s2 = Experiment::new(vec![]);
+    if want("002") {
+        crate::support::progress::note(format!(
+            "reproduce: seed 002 (defer_tc 0/1, {} repetitions)",
+            sizes.sendvec_reps
+        ));
+        s2 = seed002(sizes, base)?;
+    }
     let text = render(&seeds, &s0, &s1, &s2, sizes);
     std::fs::create_dir_all(out)?;
     write_plots(out, &s1, &s2)?;
@@ -704,6 +530,7 @@ pub fn run(profile: Profile, base: &RunOpts, out: &Path) -> Result<Reproduction>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::measure::stats::Estimate;
 
     fn rows_with(metric: &str, per_mode: &[(u32, &[f64])]) -> (Samples, BTreeMap<String, Row>) {
         let mut s: Samples = BTreeMap::new();
@@ -755,21 +582,6 @@ mod tests {
         assert!(tt.contains("0.089 ms") && tt.contains("4623 / 46.2%"), "{tt}");
         // No lab data for the tiers here: n/a and "?", never a made-up number.
         assert!(tt.lines().nth(2).unwrap().contains("n/a") && tt.lines().nth(2).unwrap().ends_with("? ?"), "{tt}");
-    }
-
-    #[test]
-    fn seed001_table_ranges_and_spread() {
-        let seeds = seeds().unwrap();
-        let (s, rows) = rows_with(
-            "throughput.iterations_per_sec",
-            &[(0, &[1000.0, 1500.0, 2000.0, 1200.0]), (1, &[3000.0, 3100.0, 3050.0, 2990.0])],
-        );
-        let t = seed001_table(&seeds.seed001, &s, &rows);
-        assert!(t.contains("27.0 K-59.0 K iter/s") && t.contains("~80% improvement"), "{t}");
-        assert!(t.contains("1000-2000 iter/s"), "{t}");
-        assert!(t.contains("2.00x spread, CV 30.5%") && t.contains("1.04x spread"), "{t}");
-        let spread_lab = t.lines().last().unwrap();
-        assert!(spread_lab.ends_with('✓'), "{t}");
     }
 
     #[test]

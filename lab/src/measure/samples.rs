@@ -49,6 +49,22 @@ pub fn collect(events: &[Event]) -> Samples {
                     }
                 }
             }
+            // Variants (`inversion-fifo`) are named by their step, each with its own metrics.
+            (b, "inversion") if b.starts_with("inversion") => {
+                put(format!("{b}.iterations_per_sec"), mode, data["iterations_per_sec"].as_f64());
+                for class in ["high", "low"] {
+                    let c = &data[class];
+                    for k in ["calls_per_sec", "avg_ms", "p50_ms", "p99_ms", "p999_ms", "max_ms"] {
+                        put(format!("{b}.{class}.{k}"), mode, c[k].as_f64());
+                    }
+                    for k in ["block_ms", "wait_ms", "involuntary_switches"] {
+                        put(format!("{b}.{class}.sched.{k}"), mode, c["sched"][k].as_f64());
+                    }
+                    for k in ["alloc_sleeps", "alloc_spins", "other_sleeps"] {
+                        put(format!("{b}.{class}.lock.{k}"), mode, data["lock"][class][k].as_f64());
+                    }
+                }
+            }
             ("sendvec", "sendvec") => {
                 for r in data["rows"].as_array().into_iter().flatten() {
                     let Some(size) = r["size"].as_u64() else { continue };

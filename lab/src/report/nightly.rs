@@ -59,6 +59,16 @@ pub struct Night<'a> {
 }
 
 /// `p` relative to `base`.
+/// A KCIDB build's `misc`: the release, the fragments merged and the series applied.
+fn flavor_misc(name: &str, release: &Option<String>) -> serde_json::Value {
+    let f = crate::kbuild::flavor::load(name).ok();
+    serde_json::json!({
+        "kernel_release": release,
+        "fragments": f.as_ref().map(|f| f.fragment_files.clone()),
+        "series": f.map(|f| f.series),
+    })
+}
+
 pub fn rel(p: &Path, base: &Path) -> String {
     p.strip_prefix(base).unwrap_or(p).display().to_string()
 }
@@ -110,7 +120,7 @@ pub fn kcidb_report(
             status: if b.error.is_none() { "PASS" } else { "FAIL" },
             duration: Some(b.wall_s),
             log_excerpt: b.error.as_deref().map(kcidb::excerpt),
-            misc: serde_json::json!({"kernel_release": b.release, "fragments": ["base.config", format!("{}.config", b.flavor)]}),
+            misc: flavor_misc(&b.flavor, &b.release),
         });
     }
     let environment = kcidb::Environment {
