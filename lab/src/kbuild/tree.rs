@@ -582,7 +582,7 @@ pub(crate) mod tests {
 
         // Both series are applied (lab last), and the exported bytes round-trip exactly.
         let before: Vec<Vec<u8>> = names.iter().map(|n| std::fs::read(dir.join(n)).unwrap()).collect();
-        reset(&tree, &series).unwrap();
+        reset(&tree, std::slice::from_ref(&series)).unwrap();
         assert_eq!(std::fs::read_to_string(tree.join("drivers/a.rs")).unwrap(), "fn a() { c() }\n");
         assert_eq!(export(&tree, &dir).unwrap(), names);
         let after: Vec<Vec<u8>> = names.iter().map(|n| std::fs::read(dir.join(n)).unwrap()).collect();
