@@ -15,7 +15,7 @@ pub fn rerender(dir: &Path) -> Result<()> {
 
 pub fn run(profile: Profile, out: Option<PathBuf>, only: &[String], args: &RunArgs) -> Result<Exit> {
     let out = out.unwrap_or_else(|| paths::repo().join("target/lab/reproduce").join(stamp::utc_stamp()));
-    let r = reproduce::run_only(profile, &args.measure_opts("bench"), &out, only)?;
+    let r = reproduce::run_only(profile, &args.measure_opts("bench")?, &out, only)?;
     println!("{}", r.text);
     for o in r.outcomes() {
         for p in o.problems() {
