@@ -60,7 +60,15 @@ pub fn entries(kind: Kind) -> Vec<Entry> {
             .collect(),
         Kind::Plans => files(&crate::harness::opts::plans_dir(), "toml", &[]).into_iter().map(e).collect(),
         Kind::Flavors => {
-            files(&crate::support::paths::kernel_config_dir(), "config", &["base"]).into_iter().map(e).collect()
+            let mut v: Vec<Entry> =
+                files(&crate::support::paths::kernel_config_dir(), "config", &["base"]).into_iter().map(e).collect();
+            // The composed flavors of kernel-config/flavors.toml, with their `about`.
+            let simple: Vec<String> = v.iter().map(|x| x.name.clone()).collect();
+            for name in crate::kbuild::flavor::names().into_iter().filter(|n| !simple.contains(n)) {
+                let about = crate::kbuild::flavor::load(&name).map(|f| f.about).unwrap_or_else(|e| e.to_string());
+                v.push(Entry { name, about });
+            }
+            v
         }
         Kind::Cases => labproto::CONFORMANCE_CASES
             .iter()
@@ -135,13 +143,20 @@ mod tests {
     #[test]
     fn lists_what_the_tree_has() {
         let names = |k| entries(k).into_iter().map(|e| e.name).collect::<Vec<_>>();
-        assert_eq!(names(Kind::Flavors), ["cbinder", "debug", "perf"]);
+        assert_eq!(names(Kind::Flavors), ["cbinder", "debug", "perf", "cbinder-spin", "cbinder-spin-debug"]);
         assert!(names(Kind::Boards).contains(&"sa8155p".to_string()));
         let plans = names(Kind::Plans);
         assert!(plans.contains(&"default".to_string()) && plans.contains(&"conformance".to_string()));
         assert!(names(Kind::Cases).contains(&"tc_deferral".to_string()));
         let boards = render(Kind::Boards);
         assert!(boards.contains("sa8155p          SA8155P, 3 cpu-map clusters"), "{boards}");
-        assert!(render(Kind::Flavors).contains("perf     Benchmark flavor"));
+        let flavors = render(Kind::Flavors);
+        assert!(
+            flavors
+                .lines()
+                .any(|l| l.starts_with("perf ") && l.ends_with("Benchmark flavor: nothing that slows the hot paths.")),
+            "{flavors}"
+        );
+        assert!(flavors.contains("seed 001's patch"), "{flavors}");
     }
 }
