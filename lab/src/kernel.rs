@@ -37,6 +37,47 @@ pub fn flavors() -> Vec<String> {
     v
 }
 
+/// Symbols asked for on the command line (`--kconfig FILE`, `--kconfig-add CONFIG_X=y`), merged
+/// over the flavor in that order. A kernel with extras is its own variant: its own O=
+/// directory and published artifact, so it never rebuilds or replaces the plain flavor's.
+#[derive(Clone, Debug, Default)]
+pub struct Extras {
+    pub files: Vec<PathBuf>,
+    pub adds: Vec<String>,
+}
+
+impl Extras {
+    pub fn is_empty(&self) -> bool {
+        self.files.is_empty() && self.adds.is_empty()
+    }
+
+    /// The extras as one fragment, each symbol's origin naming the option that set it.
+    pub fn fragment(&self) -> Result<Fragment> {
+        let mut parts = vec![];
+        for f in &self.files {
+            let text = std::fs::read_to_string(f)
+                .with_context(|| format!("--kconfig {}: cannot read the fragment file", f.display()))?;
+            parts.push(Fragment::parse(&text, &format!("--kconfig {}", f.display()))?);
+        }
+        for a in &self.adds {
+            let ok = a.starts_with("CONFIG_") && a.split_once('=').is_some_and(|(_, v)| !v.is_empty());
+            if !ok {
+                bail!("--kconfig-add {a:?}: expected CONFIG_NAME=value, e.g. --kconfig-add CONFIG_DEBUG_INFO_DWARF5=y");
+            }
+            parts.push(Fragment::parse(a, &format!("--kconfig-add {a}"))?);
+        }
+        Ok(Fragment::merge(&parts))
+    }
+
+    /// `perf` without extras, `perf+<hash of the extras>` with them.
+    pub fn label(&self, flavor: &str) -> Result<String> {
+        if self.is_empty() {
+            return Ok(flavor.to_string());
+        }
+        Ok(format!("{flavor}+{}", &sha256_hex(self.fragment()?.render().as_bytes())[..8]))
+    }
+}
+
 /// The merged fragment for a flavor.
 pub fn fragment(flavor: &str) -> Result<Fragment> {
     let dir = paths::kernel_config_dir();
@@ -53,6 +94,7 @@ pub fn fragment(flavor: &str) -> Result<Fragment> {
 /// A published build.
 #[derive(Clone, Debug)]
 pub struct Built {
+    /// The flavor, with `+<hash>` when built with extras ([`Extras::label`]).
     pub flavor: String,
     pub key: String,
     pub dir: PathBuf,
@@ -88,8 +130,15 @@ fn artifacts_dir(cache: &Path, flavor: &str, key: &str) -> PathBuf {
 
 /// Builds (or finds) the kernel for `flavor`.
 pub fn build(flavor: &str) -> Result<Built> {
+    build_with(flavor, &Extras::default())
+}
+
+/// Builds (or finds) the kernel for `flavor` plus command-line extras.
+pub fn build_with(flavor: &str, extras: &Extras) -> Result<Built> {
     let cache = paths::cache();
-    let merged = fragment(flavor)?;
+    let merged = Fragment::merge(&[fragment(flavor)?, extras.fragment()?]);
+    let label = extras.label(flavor)?;
+    let flavor = label.as_str();
     let lock = Lock::load(&Lock::path())?;
     let (tc, src, _tree_lock) = prepared_tree(&cache, &lock)?;
 
@@ -120,7 +169,8 @@ pub fn build(flavor: &str) -> Result<Built> {
             src.display()
         );
     }
-    publish(&obj, &out, &tc, &src)?;
+    let extra_text = (!extras.is_empty()).then(|| extras.fragment()).transpose()?.map(|f| f.render());
+    publish(&obj, &out, &tc, &src, extra_text.as_deref())?;
     prune(&cache, flavor, &key);
     eprintln!("lab: kernel {flavor} built in {:.0?}: {}", t0.elapsed(), out.display());
     Ok(built)
@@ -160,7 +210,7 @@ pub fn configure(tc: &Toolchain, src: &Path, obj: &Path, merged: &Fragment) -> R
     let bad = merged.check(&dot);
     if !bad.is_empty() {
         bail!(
-            "kconfig dropped or changed {} symbol(s) asked for by the fragments (usually an unmet dependency):\n  {}\nFix the fragment in kernel-config/ (see `make menuconfig` help for the symbol's depends on).",
+            "kconfig dropped or changed {} symbol(s) asked for by the fragments (usually an unmet dependency):\n  {}\nFix the fragment (kernel-config/, --kconfig FILE or --kconfig-add): also ask for what the symbol depends on (its `depends on` in the Kconfig file; `make menuconfig` shows it).",
             bad.len(),
             bad.join("\n  ")
         );
@@ -189,8 +239,9 @@ fn make_with_progress(tc: &Toolchain, src: &Path, obj: &Path, flavor: &str) -> R
     res
 }
 
-/// Copies the outputs into a temporary directory and renames it into place.
-fn publish(obj: &Path, out: &Path, tc: &Toolchain, src: &Path) -> Result<()> {
+/// Copies the outputs into a temporary directory and renames it into place. A variant's
+/// extras are kept beside them as `lab-extras.config`.
+fn publish(obj: &Path, out: &Path, tc: &Toolchain, src: &Path, extras: Option<&str>) -> Result<()> {
     let tmp = out.with_extension(format!("tmp{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&tmp);
     std::fs::create_dir_all(&tmp)?;
@@ -200,6 +251,9 @@ fn publish(obj: &Path, out: &Path, tc: &Toolchain, src: &Path) -> Result<()> {
     }
     let release = tc.make(src, obj).arg("-s").arg("kernelrelease").output()?;
     std::fs::write(tmp.join("kernel.release"), &release.stdout)?;
+    if let Some(text) = extras {
+        std::fs::write(tmp.join("lab-extras.config"), text)?;
+    }
     for f in std::fs::read_dir(&tmp)?.flatten() {
         std::fs::File::open(f.path())?.sync_all()?;
     }
@@ -262,6 +316,34 @@ mod tests {
         let mut l = lock();
         l.kernel.version = "7.2.2-1".into();
         assert_ne!(k, cache_key(&l, &f, "tree1", "rustc 1.95"));
+    }
+
+    #[test]
+    fn extras_make_a_distinct_variant() {
+        let none = Extras::default();
+        assert_eq!(none.label("perf").unwrap(), "perf");
+        let d = tempfile::tempdir().unwrap();
+        let file = d.path().join("dwarf.config");
+        std::fs::write(&file, "CONFIG_DEBUG_KERNEL=y\nCONFIG_DEBUG_INFO_DWARF5=n\n").unwrap();
+        let x = Extras { files: vec![file], adds: vec!["CONFIG_DEBUG_INFO_DWARF5=y".into()] };
+        let f = x.fragment().unwrap();
+        // --kconfig-add wins over --kconfig, and each symbol names the option that set it.
+        assert_eq!(f.values["CONFIG_DEBUG_INFO_DWARF5"], "y");
+        assert_eq!(f.origin["CONFIG_DEBUG_INFO_DWARF5"], "--kconfig-add CONFIG_DEBUG_INFO_DWARF5=y");
+        assert!(f.origin["CONFIG_DEBUG_KERNEL"].starts_with("--kconfig "));
+        let label = x.label("perf").unwrap();
+        assert!(label.starts_with("perf+") && label.len() == 13, "{label}");
+        let other = Extras { adds: vec!["CONFIG_USER_NS=y".into()], ..Default::default() };
+        assert_ne!(label, other.label("perf").unwrap());
+        // The check after olddefconfig names the option that asked for a dropped symbol.
+        let bad = f.check("CONFIG_DEBUG_KERNEL=y\n");
+        assert!(bad[0].contains("--kconfig-add CONFIG_DEBUG_INFO_DWARF5=y asks for y"), "{bad:?}");
+        for wrong in ["DEBUG_INFO=y", "CONFIG_X", "CONFIG_X="] {
+            let e = Extras { adds: vec![wrong.into()], ..Default::default() }.fragment().unwrap_err().to_string();
+            assert!(e.contains("expected CONFIG_NAME=value"), "{e}");
+        }
+        let e = Extras { files: vec!["/no/such.config".into()], ..Default::default() }.fragment().unwrap_err();
+        assert!(format!("{e:#}").contains("--kconfig /no/such.config"), "{e:#}");
     }
 
     #[test]

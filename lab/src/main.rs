@@ -20,6 +20,8 @@ enum Cmd {
         /// perf (benchmarks), debug (lockdep, KASAN, KUnit), ...: kernel-config/<flavor>.config.
         #[arg(long, env = "LAB_FLAVOR", default_value = "perf")]
         flavor: String,
+        #[command(flatten)]
+        kconfig: KconfigArgs,
     },
     /// Re-pin kernel-config/kernel.lock to the newest linux-source-7.2 served.
     KernelLock,
@@ -99,6 +101,23 @@ enum Cmd {
     },
 }
 
+/// Kernel config beyond the flavor: a distinct, separately cached kernel.
+#[derive(clap::Args, Clone)]
+struct KconfigArgs {
+    /// A kconfig fragment merged over the flavor (repeatable).
+    #[arg(long = "kconfig", value_name = "FILE")]
+    files: Vec<std::path::PathBuf>,
+    /// One symbol merged over the flavor and --kconfig, e.g. CONFIG_DEBUG_INFO_DWARF5=y (repeatable).
+    #[arg(long = "kconfig-add", value_name = "CONFIG_X=y")]
+    adds: Vec<String>,
+}
+
+impl KconfigArgs {
+    fn extras(&self) -> kernel::Extras {
+        kernel::Extras { files: self.files.clone(), adds: self.adds.clone() }
+    }
+}
+
 #[derive(clap::Args)]
 struct RunArgs {
     /// Board name in board/ (sa8155p, sm8150-upstream, symmetric) or a path.
@@ -130,6 +149,8 @@ struct RunArgs {
     /// Extra kernel command-line arguments.
     #[arg(long)]
     append: Vec<String>,
+    #[command(flatten)]
+    kconfig: KconfigArgs,
 }
 
 impl RunArgs {
@@ -150,6 +171,7 @@ impl RunArgs {
             echo: self.verbose,
             pin: self.pin,
             append: self.append.clone(),
+            kconfig: self.kconfig.extras(),
             ..Default::default()
         }
     }
@@ -167,8 +189,8 @@ fn run(cmd: Cmd) -> Result<()> {
     let cache = paths::cache();
     match cmd {
         Cmd::Setup => setup::run(),
-        Cmd::Kernel { flavor } => {
-            let b = kernel::build(&flavor)?;
+        Cmd::Kernel { flavor, kconfig } => {
+            let b = kernel::build_with(&flavor, &kconfig.extras())?;
             println!("{}", b.image().display());
             Ok(())
         }

@@ -61,6 +61,8 @@ pub struct RunOpts {
     pub append: Vec<String>,
     /// Short label for the run directory.
     pub name: String,
+    /// `--kconfig` / `--kconfig-add` over the flavor.
+    pub kconfig: kernel::Extras,
 }
 
 impl Default for RunOpts {
@@ -78,6 +80,7 @@ impl Default for RunOpts {
             pin: false,
             append: vec![],
             name: String::new(),
+            kconfig: kernel::Extras::default(),
         }
     }
 }
@@ -238,7 +241,7 @@ pub struct Prepared {
 pub fn prepare(opts: &RunOpts, plan: Plan, dir: &Path) -> Result<Prepared> {
     let cache = paths::cache();
     let board = load_board(&opts.board)?;
-    let kernel = kernel::build(&opts.flavor)?;
+    let kernel = kernel::build_with(&opts.flavor, &opts.kconfig)?;
     let base = std::fs::read(qemu::qemu_dtb(&cache, &board)?)?;
     let dtb = dir.join("board.dtb");
     std::fs::write(&dtb, board::generate_dtb(&board, &base)?)?;
