@@ -107,6 +107,13 @@ impl Built {
     pub fn config(&self) -> PathBuf {
         self.dir.join(".config")
     }
+    pub fn vmlinux(&self) -> PathBuf {
+        self.dir.join("vmlinux")
+    }
+    /// The kernel's gdb helpers, if the build had CONFIG_GDB_SCRIPTS.
+    pub fn gdb_script(&self) -> Option<PathBuf> {
+        Some(self.dir.join(GDB_DIR).join("vmlinux-gdb.py")).filter(|p| p.is_file())
+    }
     pub fn kernel_release(&self) -> String {
         std::fs::read_to_string(self.dir.join("kernel.release")).unwrap_or_default().trim().to_string()
     }
@@ -159,7 +166,10 @@ pub fn build_with(flavor: &str, extras: &Extras) -> Result<Built> {
 
     configure(&tc, &src, &obj, &merged)?;
     let t0 = Instant::now();
-    make_with_progress(&tc, &src, &obj, flavor)?;
+    // The gdb helpers (vmlinux-gdb.py and the generated constants) when the config asks for them.
+    let gdb = merged.values.get("CONFIG_GDB_SCRIPTS").is_some_and(|v| v == "y");
+    let targets: &[&str] = if gdb { &["Image", "vmlinux", "scripts_gdb"] } else { &["Image", "vmlinux"] };
+    make_with_progress(&tc, &src, &obj, flavor, targets)?;
     // The key names the tree state before the build: publish only if it still holds (someone
     // may have edited the tree meanwhile; other lab processes wait for the tree lock).
     if tree::state_hash(&src)? != state {
@@ -218,14 +228,14 @@ pub fn configure(tc: &Toolchain, src: &Path, obj: &Path, merged: &Fragment) -> R
     write_atomic(&stamp, want.as_bytes())
 }
 
-fn make_with_progress(tc: &Toolchain, src: &Path, obj: &Path, flavor: &str) -> Result<()> {
+fn make_with_progress(tc: &Toolchain, src: &Path, obj: &Path, flavor: &str, targets: &[&str]) -> Result<()> {
     let jobs = std::thread::available_parallelism().map(|n| n.get() + 1).unwrap_or(2);
     let pb = ProgressBar::new_spinner();
     pb.set_style(ProgressStyle::with_template("{spinner} kernel {prefix} [{elapsed}] {pos} objects  {msg}").unwrap());
     pb.set_prefix(flavor.to_string());
     pb.enable_steady_tick(Duration::from_millis(200));
     let log = obj.join("build.log");
-    let res = run_logged(tc.make(src, obj).arg(format!("-j{jobs}")).args(["Image", "vmlinux"]), &log, |line| {
+    let res = run_logged(tc.make(src, obj).arg(format!("-j{jobs}")).args(targets), &log, |line| {
         // kbuild's quiet lines: "  CC      mm/mmap.o", "  RUSTC L rust/core.o", "  LD      vmlinux".
         let t = line.trim_start();
         if let Some((stage, rest)) = t.split_once(char::is_whitespace) {
@@ -254,10 +264,37 @@ fn publish(obj: &Path, out: &Path, tc: &Toolchain, src: &Path, extras: Option<&s
     if let Some(text) = extras {
         std::fs::write(tmp.join("lab-extras.config"), text)?;
     }
+    if obj.join("vmlinux-gdb.py").exists() {
+        copy_gdb_scripts(obj, &tmp.join(GDB_DIR))?;
+    }
     for f in std::fs::read_dir(&tmp)?.flatten() {
         std::fs::File::open(f.path())?.sync_all()?;
     }
     std::fs::rename(&tmp, out).with_context(|| format!("publishing {}", out.display()))?;
+    Ok(())
+}
+
+/// Where a published build keeps the kernel's gdb helpers ([`Built::gdb_script`]).
+pub const GDB_DIR: &str = "gdb";
+
+/// `vmlinux-gdb.py` and `scripts/gdb/` of the O= directory, symlinks resolved: the scripts
+/// include constants generated from this build's .config, so they belong to the artifact.
+fn copy_gdb_scripts(obj: &Path, to: &Path) -> Result<()> {
+    std::fs::create_dir_all(to)?;
+    std::fs::copy(obj.join("vmlinux-gdb.py"), to.join("vmlinux-gdb.py")).context("copying vmlinux-gdb.py")?;
+    let mut stack = vec![PathBuf::from("scripts/gdb")];
+    while let Some(rel) = stack.pop() {
+        std::fs::create_dir_all(to.join(&rel))?;
+        for e in std::fs::read_dir(obj.join(&rel))?.flatten() {
+            let r = rel.join(e.file_name());
+            let meta = std::fs::metadata(e.path())?;
+            if meta.is_dir() {
+                stack.push(r);
+            } else if r.extension().is_some_and(|x| x == "py") {
+                std::fs::copy(e.path(), to.join(&r)).with_context(|| format!("copying {}", r.display()))?;
+            }
+        }
+    }
     Ok(())
 }
 

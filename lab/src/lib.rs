@@ -5,6 +5,7 @@ pub mod apt;
 pub mod bench;
 pub mod console;
 pub mod driver_check;
+pub mod gdb;
 pub mod html;
 pub mod kcidb;
 pub mod kconfig;

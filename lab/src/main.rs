@@ -41,6 +41,16 @@ enum Cmd {
     /// Run the binder fuzzer (plan `fuzz`: 20k operations; `--plan fuzz-long` for
     /// millions, `--append binder_fuzz.seed=N` to replay a seed) and print the table.
     Fuzz(RunArgs),
+    /// Attach gdb-multiarch to a guest started with `--gdb` (the newest running one, or
+    /// --run DIR), with its vmlinux and the kernel's gdb helpers; arguments after `--` go to gdb.
+    Gdb {
+        /// Run directory of the guest to attach to.
+        #[arg(long)]
+        run: Option<std::path::PathBuf>,
+        /// Passed to gdb, e.g. `-- -batch -ex 'break rust_binder_ioctl' -ex continue`.
+        #[arg(last = true)]
+        gdb_args: Vec<String>,
+    },
     /// Everything `cargo make test` runs: unit tests, kernels, end-to-end tests.
     Test,
     /// Clippy, rustfmtcheck and checkpatch over rust-driver/.
@@ -151,6 +161,14 @@ struct RunArgs {
     append: Vec<String>,
     #[command(flatten)]
     kconfig: KconfigArgs,
+    /// Start halted with QEMU's gdbstub and `nokaslr`; attach with `cargo make gdb`. No
+    /// timeouts apply while the guest waits for gdb.
+    #[arg(long)]
+    gdb: bool,
+    /// Write the guest's memory to FILE as an ELF core (readable by drgn and crash) when the
+    /// plan ends or the guest panics.
+    #[arg(long, value_name = "FILE")]
+    dump: Option<std::path::PathBuf>,
 }
 
 impl RunArgs {
@@ -172,6 +190,8 @@ impl RunArgs {
             pin: self.pin,
             append: self.append.clone(),
             kconfig: self.kconfig.extras(),
+            gdb: self.gdb,
+            dump: self.dump.as_ref().map(|p| std::path::absolute(p).unwrap_or_else(|_| p.clone())),
             ..Default::default()
         }
     }
@@ -219,6 +239,7 @@ fn run(cmd: Cmd) -> Result<()> {
         Cmd::Conformance(args) => suite(&args, "conformance"),
         Cmd::Fuzz(args) => suite(&args, "fuzz"),
         Cmd::Test => lab::testall::run(),
+        Cmd::Gdb { run, gdb_args } => std::process::exit(lab::gdb::run(&paths::runs_dir(), run.as_deref(), &gdb_args)?),
         Cmd::DriverCheck => lab::driver_check::run(),
         Cmd::Bench { profile, reps, run } => {
             if !lab::bench::run(profile, reps, &run.measure_opts("bench"))? {

@@ -52,6 +52,11 @@ pub struct VmSpec {
     /// QMP unix socket.
     pub qmp: Option<PathBuf>,
     pub pvpanic: bool,
+    /// gdbstub on this unix socket; the vCPUs stay halted until gdb continues them.
+    pub gdb: Option<PathBuf>,
+    /// Prepared for `dump-guest-memory`: the guest hands over its VMCOREINFO, and a power-off
+    /// pauses QEMU (so the harness can still dump) instead of ending it.
+    pub dump: bool,
 }
 
 impl VmSpec {
@@ -136,6 +141,17 @@ impl VmSpec {
         vec!["-device".into(), "pvpanic-pci".into(), "-action".into(), "panic=pause".into()]
     }
 
+    fn debug_args(&self) -> Vec<String> {
+        let mut v = vec![];
+        if let Some(sock) = &self.gdb {
+            v.extend(["-gdb".into(), format!("unix:{},server=on,wait=off", sock.display()), "-S".into()]);
+        }
+        if self.dump {
+            v.extend(["-device", "vmcoreinfo", "-action", "shutdown=pause"].map(String::from));
+        }
+        v
+    }
+
     fn misc_args(&self) -> Vec<String> {
         // -no-reboot: the guest's power-off or reboot ends QEMU.
         let mut v: Vec<String> =
@@ -162,6 +178,7 @@ impl VmSpec {
             self.result_port_args(),
             self.qmp_args(),
             self.panic_args(),
+            self.debug_args(),
             self.misc_args(),
         ] {
             v.extend(part);
@@ -318,6 +335,33 @@ impl Vm {
             .collect()
     }
 
+    /// Writes guest memory as an ELF core (with the guest's VMCOREINFO note, for crash and
+    /// drgn) over QMP, detached, and waits for it, so a large guest does not trip the QMP read
+    /// timeout.
+    pub fn dump_memory(&mut self, path: &Path, timeout: Duration) -> Result<()> {
+        let q = self.qmp.as_mut().context("QMP not connected: no memory dump")?;
+        let abs = std::path::absolute(path)?;
+        q.execute(&qapi::qmp::dump_guest_memory {
+            paging: false,
+            protocol: format!("file:{}", abs.display()),
+            detach: Some(true),
+            begin: None,
+            length: None,
+            format: Some(qapi::qmp::DumpGuestMemoryFormat::elf),
+        })
+        .context("dump-guest-memory")?;
+        let deadline = Instant::now() + timeout;
+        loop {
+            let st = q.execute(&qapi::qmp::query_dump {}).context("query-dump")?;
+            match st.status {
+                qapi::qmp::DumpStatus::completed => return Ok(()),
+                qapi::qmp::DumpStatus::failed => bail!("QEMU failed to write the memory dump {}", abs.display()),
+                _ if Instant::now() > deadline => bail!("memory dump not done after {timeout:?}"),
+                _ => std::thread::sleep(Duration::from_millis(50)),
+            }
+        }
+    }
+
     /// Exit status, if QEMU has exited.
     pub fn exited(&mut self) -> Result<Option<std::process::ExitStatus>> {
         match self.child.as_mut() {
@@ -408,6 +452,8 @@ mod tests {
             results: Some("/r/results.jsonl".into()),
             qmp: Some("/r/qmp.sock".into()),
             pvpanic: true,
+            gdb: None,
+            dump: false,
         }
     }
 
@@ -462,6 +508,20 @@ mod tests {
         let a = s.argv();
         assert!(!a.iter().any(|x| x.contains("labres") || x == "-qmp" || x == "pvpanic-pci"));
         assert!(has_pair(&a, "-serial", "mon:stdio"));
+    }
+
+    #[test]
+    fn debugging_parts() {
+        let mut s = spec();
+        let a = s.argv();
+        assert!(!a.iter().any(|x| x == "-gdb" || x == "-S" || x == "vmcoreinfo"));
+        s.gdb = Some("/r/gdb.sock".into());
+        s.dump = true;
+        let a = s.argv();
+        assert!(has_pair(&a, "-gdb", "unix:/r/gdb.sock,server=on,wait=off"));
+        assert!(a.contains(&"-S".to_string()));
+        assert!(has_pair(&a, "-device", "vmcoreinfo"));
+        assert!(has_pair(&a, "-action", "shutdown=pause"));
     }
 
     #[test]

@@ -63,6 +63,10 @@ pub struct RunOpts {
     pub name: String,
     /// `--kconfig` / `--kconfig-add` over the flavor.
     pub kconfig: kernel::Extras,
+    /// Start halted with QEMU's gdbstub (and `nokaslr`); no timeouts while gdb holds the guest.
+    pub gdb: bool,
+    /// Write an ELF memory dump here when the plan ends or the guest panics.
+    pub dump: Option<PathBuf>,
 }
 
 impl Default for RunOpts {
@@ -81,6 +85,8 @@ impl Default for RunOpts {
             append: vec![],
             name: String::new(),
             kconfig: kernel::Extras::default(),
+            gdb: false,
+            dump: None,
         }
     }
 }
@@ -274,6 +280,10 @@ pub fn new_run_dir(name: &str) -> Result<PathBuf> {
 
 pub fn vm_spec(p: &Prepared, opts: &RunOpts, dir: &Path, console: Console) -> VmSpec {
     let mut append = vec!["console=ttyAMA0".to_string(), "loglevel=5".into(), "rdinit=/init".into()];
+    if opts.gdb {
+        // Symbols at their link addresses, as in vmlinux.
+        append.push("nokaslr".into());
+    }
     append.extend(opts.append.iter().cloned());
     VmSpec {
         machine: p.board.qemu_machine().to_string(),
@@ -290,6 +300,49 @@ pub fn vm_spec(p: &Prepared, opts: &RunOpts, dir: &Path, console: Console) -> Vm
         results: (console == Console::Pipe).then(|| dir.join("results.jsonl")),
         qmp: Some(dir.join("qmp.sock")),
         pvpanic: true,
+        gdb: opts.gdb.then(|| dir.join(GDB_SOCKET)),
+        dump: opts.dump.is_some(),
+    }
+}
+
+/// The gdbstub's socket in the run directory.
+pub const GDB_SOCKET: &str = "gdb.sock";
+/// What `lab gdb` needs to attach: written into the run directory when QEMU starts.
+pub const GDB_TARGET: &str = "gdb-target.json";
+
+/// Where to attach gdb, for `lab gdb` and for the user.
+#[derive(Clone, Debug, Serialize, serde::Deserialize, PartialEq)]
+pub struct GdbTarget {
+    pub socket: PathBuf,
+    pub vmlinux: PathBuf,
+    /// The kernel's vmlinux-gdb.py, if the build kept the gdb helpers.
+    pub gdb_script: Option<PathBuf>,
+    pub qemu_pid: u32,
+}
+
+fn announce_gdb(dir: &Path, p: &Prepared, spec: &VmSpec, pid: u32) -> Result<()> {
+    let Some(socket) = spec.gdb.clone() else { return Ok(()) };
+    let t = GdbTarget { socket, vmlinux: p.kernel.vmlinux(), gdb_script: p.kernel.gdb_script(), qemu_pid: pid };
+    util::write_atomic(&dir.join(GDB_TARGET), serde_json::to_string_pretty(&t)?.as_bytes())?;
+    eprintln!(
+        "lab: QEMU is halted with a gdbstub on {}; attach with `cargo make gdb` (no timeouts apply)",
+        t.socket.display()
+    );
+    if t.gdb_script.is_none() {
+        eprintln!(
+            "lab: this kernel has no DWARF or gdb helpers; for variables and lx-* commands boot with \
+             --kconfig kernel-config/extra/gdb.config"
+        );
+    }
+    Ok(())
+}
+
+/// `--dump`: the guest's memory as an ELF core; a failure is reported, not fatal to the run.
+fn dump_memory(vm: &mut Vm, opts: &RunOpts) {
+    let Some(path) = &opts.dump else { return };
+    match vm.dump_memory(path, Duration::from_secs(300)) {
+        Ok(()) => eprintln!("lab: guest memory dump: {}", path.display()),
+        Err(e) => eprintln!("lab: guest memory dump {} failed: {e:#}", path.display()),
     }
 }
 
@@ -372,6 +425,7 @@ pub fn run_plan(plan: &Plan, opts: &RunOpts) -> Result<Outcome> {
     let mut last_qmp = Instant::now();
     let mut console_pos = 0;
     let qmp_ok = vm.connect_qmp(Duration::from_secs(10));
+    announce_gdb(&dir, &prepared, &spec, vm.pid)?;
     let vcpus = if qmp_ok.is_ok() { vm.vcpu_threads().unwrap_or_default() } else { vec![] };
     if opts.pin {
         pin_vcpus(&vcpus);
@@ -427,14 +481,21 @@ pub fn run_plan(plan: &Plan, opts: &RunOpts) -> Result<Outcome> {
         }
         if now.duration_since(last_qmp) > Duration::from_millis(100) {
             last_qmp = now;
-            if vm.poll_events().contains(&VmEvent::Panicked) && panic_seen.is_none() {
+            let qmp_events = vm.poll_events();
+            if qmp_events.contains(&VmEvent::Panicked) && panic_seen.is_none() {
                 panic_seen = Some(now);
+            }
+            if qmp_events.contains(&VmEvent::Shutdown) && spec.dump {
+                // Paused at power-off (-action shutdown=pause): dump, then let QEMU end.
+                dump_memory(&mut vm, opts);
+                vm.stop();
             }
         }
         if let Some(t) = panic_seen {
             if now.duration_since(t) > PANIC_LINGER || vm.exited()?.is_some() {
                 drain_console(&mut lines, &mut vm, &mut consolef);
                 let text = console::panic_text(&lines).unwrap_or_else(|| console::tail(&lines, 50));
+                dump_memory(&mut vm, opts);
                 verdict = Some(Verdict::Panic { text });
                 panic_report_s = Some(t.elapsed().as_secs_f64());
                 break;
@@ -455,7 +516,7 @@ pub fn run_plan(plan: &Plan, opts: &RunOpts) -> Result<Outcome> {
             }
         } else if interrupted.load(Ordering::SeqCst) {
             verdict = Some(Verdict::Interrupted);
-        } else if now > deadline {
+        } else if now > deadline && !opts.gdb {
             let what = match &phase {
                 Phase::Boot => format!("boot (no message from the guest init within {:?})", opts.boot_timeout),
                 Phase::Idle => "the guest init between steps".into(),
@@ -664,6 +725,7 @@ pub fn shell(opts: &RunOpts) -> Result<()> {
     let spec = vm_spec(&prepared, opts, &dir, Console::Terminal);
     eprintln!("lab: booting {} (Ctrl-A X quits QEMU; `poweroff -f` ends the guest)", prepared.board.name());
     let mut vm = Vm::spawn(&spec)?;
+    announce_gdb(&dir, &prepared, &spec, vm.pid)?;
     let st = vm.wait()?;
     if !st.success() {
         bail!("QEMU exited with {st}");

@@ -37,6 +37,7 @@ pub const HOST_PACKAGES: &[(&str, &str)] = &[
     ("python3-venv", "a private kcidb-io to validate the nightly's KCIDB JSON"),
     ("gcc-aarch64-linux-gnu", "linker for the static aarch64 guest binaries"),
     ("libc6-dev-arm64-cross", "static glibc for the guest binaries"),
+    ("gdb-multiarch", "cargo make gdb: debugging the aarch64 guest kernel"),
 ];
 
 /// Everything the kernel build needs from setup, with paths resolved.
