@@ -51,6 +51,16 @@ enum Cmd {
         #[arg(last = true)]
         gdb_args: Vec<String>,
     },
+    /// Build your own crate static for aarch64 exactly as the lab builds its guest programs,
+    /// and put its executables into an overlay directory (OUT/bin) for `--overlay OUT`.
+    GuestBuild {
+        /// The crate's Cargo.toml (or its directory).
+        #[arg(long)]
+        manifest: std::path::PathBuf,
+        /// Overlay directory [default: <crate>/target/lab-overlay].
+        #[arg(long)]
+        out: Option<std::path::PathBuf>,
+    },
     /// Everything `cargo make test` runs: unit tests, kernels, end-to-end tests.
     Test,
     /// Clippy, rustfmtcheck and checkpatch over rust-driver/.
@@ -239,6 +249,7 @@ fn run(cmd: Cmd) -> Result<()> {
         Cmd::Conformance(args) => suite(&args, "conformance"),
         Cmd::Fuzz(args) => suite(&args, "fuzz"),
         Cmd::Test => lab::testall::run(),
+        Cmd::GuestBuild { manifest, out } => guest_build(&manifest, out),
         Cmd::Gdb { run, gdb_args } => std::process::exit(lab::gdb::run(&paths::runs_dir(), run.as_deref(), &gdb_args)?),
         Cmd::DriverCheck => lab::driver_check::run(),
         Cmd::Bench { profile, reps, run } => {
@@ -316,6 +327,25 @@ fn run(cmd: Cmd) -> Result<()> {
             Ok(())
         }
     }
+}
+
+/// `lab guest-build`: the user's executables into OUT/bin, ready for `--overlay OUT`.
+fn guest_build(manifest: &std::path::Path, out: Option<std::path::PathBuf>) -> Result<()> {
+    let exes = rootfs::build_user_crate(manifest)?;
+    let out = match out {
+        Some(o) => o,
+        None => {
+            exes[0].ancestors().find(|a| a.ends_with("target")).unwrap_or(std::path::Path::new(".")).join("lab-overlay")
+        }
+    };
+    std::fs::create_dir_all(out.join("bin"))?;
+    for e in &exes {
+        let to = out.join("bin").join(e.file_name().unwrap_or_default());
+        std::fs::copy(e, &to)?;
+        println!("{} (static aarch64)", to.display());
+    }
+    println!("boot with it: cargo make run-qemu --overlay {} --plan YOUR_PLAN.toml", out.display());
+    Ok(())
 }
 
 /// Runs a plan and prints the per-case table (with the run's summary below it).
