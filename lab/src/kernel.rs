@@ -143,8 +143,11 @@ pub fn build(flavor: &str) -> Result<Built> {
 /// Builds (or finds) the kernel for `flavor` plus command-line extras.
 pub fn build_with(flavor: &str, extras: &Extras) -> Result<Built> {
     let cache = paths::cache();
-    let merged = Fragment::merge(&[fragment(flavor)?, extras.fragment()?]);
-    let label = extras.label(flavor)?;
+    let base = fragment(flavor)?;
+    let merged = Fragment::merge(&[base.clone(), extras.fragment()?]);
+    // Extras that change nothing (e.g. CONFIG_USER_NS=y, already in base.config) are the flavor.
+    let label = if merged.values == base.values { flavor.to_string() } else { extras.label(flavor)? };
+    let flavor_name = flavor;
     let flavor = label.as_str();
     let lock = Lock::load(&Lock::path())?;
     let (tc, src, _tree_lock) = prepared_tree(&cache, &lock)?;
@@ -179,7 +182,7 @@ pub fn build_with(flavor: &str, extras: &Extras) -> Result<Built> {
             src.display()
         );
     }
-    let extra_text = (!extras.is_empty()).then(|| extras.fragment()).transpose()?.map(|f| f.render());
+    let extra_text = (label != flavor_name).then(|| extras.fragment()).transpose()?.map(|f| f.render());
     publish(&obj, &out, &tc, &src, extra_text.as_deref())?;
     prune(&cache, flavor, &key);
     eprintln!("lab: kernel {flavor} built in {:.0?}: {}", t0.elapsed(), out.display());
