@@ -86,7 +86,7 @@ pub fn interleaved(name: &str, reps: usize, jobs: &[Job], modes: &[(u32, Vec<Str
             }
         }
     }
-    Plan { name: name.to_string(), steps, shell: false }
+    Plan { name: name.to_string(), steps, ..Default::default() }
 }
 
 fn step_name(bench: &str, mode: u32, rep: usize) -> String {

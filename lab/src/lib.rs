@@ -22,5 +22,6 @@ pub mod run;
 pub mod setup;
 pub mod stats;
 pub mod testall;
+pub mod trace;
 pub mod tree;
 pub mod util;

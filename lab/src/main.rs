@@ -179,6 +179,15 @@ struct RunArgs {
     /// plan ends or the guest panics.
     #[arg(long, value_name = "FILE")]
     dump: Option<std::path::PathBuf>,
+    /// Record trace events around every step and save them in the run directory (trace/<step>/
+    /// trace.txt for Perfetto, trace.dat for trace-cmd), e.g.
+    /// binder:*,sched:sched_switch,sched:sched_wakeup,sched:sched_waking,sched:sched_migrate_task.
+    #[arg(long, value_name = "EVENTS", value_parser = parse_trace)]
+    trace: Option<labproto::TraceSpec>,
+}
+
+fn parse_trace(s: &str) -> Result<labproto::TraceSpec, String> {
+    labproto::TraceSpec::parse(s)
 }
 
 impl RunArgs {
@@ -201,6 +210,7 @@ impl RunArgs {
             append: self.append.clone(),
             kconfig: self.kconfig.extras(),
             gdb: self.gdb,
+            trace: self.trace.clone(),
             dump: self.dump.as_ref().map(|p| std::path::absolute(p).unwrap_or_else(|_| p.clone())),
             ..Default::default()
         }

@@ -222,7 +222,7 @@ fn fuzz_plan(ops: u64) -> Plan {
     ]
     .into();
     let step = Step { name: "fuzz".into(), argv: vec!["/bin/binder-fuzz".into()], timeout_s: ops / 150 + 900, env };
-    Plan { name: "fuzz-nightly".into(), steps: vec![step], shell: false }
+    Plan { name: "fuzz-nightly".into(), steps: vec![step], ..Default::default() }
 }
 
 /// The nightly's result.

@@ -57,6 +57,8 @@ pub struct VmSpec {
     /// Prepared for `dump-guest-memory`: the guest hands over its VMCOREINFO, and a power-off
     /// pauses QEMU (so the harness can still dump) instead of ending it.
     pub dump: bool,
+    /// File that receives the guest's trace port (`--trace`).
+    pub trace: Option<PathBuf>,
 }
 
 impl VmSpec {
@@ -116,16 +118,29 @@ impl VmSpec {
         self.results.is_some() && self.tcg != Tcg::Icount
     }
 
-    fn result_port_args(&self) -> Vec<String> {
-        let Some(path) = self.results.as_ref().filter(|_| self.has_result_port()) else { return vec![] };
-        vec![
-            "-device".into(),
-            "virtio-serial-device".into(),
-            "-chardev".into(),
-            format!("file,id=labres,path={}", path.display()),
-            "-device".into(),
-            format!("virtserialport,chardev=labres,name={}", labproto::RESULT_PORT),
-        ]
+    /// The virtio-serial ports: results (not under icount, above) and `--trace`'s trace port
+    /// (under icount too: a traced run is for looking, not for bit-identical repeats).
+    fn serial_port_args(&self) -> Vec<String> {
+        let mut ports = vec![];
+        if let Some(p) = self.results.as_ref().filter(|_| self.has_result_port()) {
+            ports.push(("labres", p, labproto::RESULT_PORT));
+        }
+        if let Some(p) = &self.trace {
+            ports.push(("labtrace", p, labproto::TRACE_PORT));
+        }
+        if ports.is_empty() {
+            return vec![];
+        }
+        let mut v = vec!["-device".to_string(), "virtio-serial-device".into()];
+        for (id, path, name) in ports {
+            v.extend([
+                "-chardev".into(),
+                format!("file,id={id},path={}", path.display()),
+                "-device".into(),
+                format!("virtserialport,chardev={id},name={name}"),
+            ]);
+        }
+        v
     }
 
     fn qmp_args(&self) -> Vec<String> {
@@ -175,7 +190,7 @@ impl VmSpec {
             self.accel_args(),
             self.boot_args(),
             self.console_args(),
-            self.result_port_args(),
+            self.serial_port_args(),
             self.qmp_args(),
             self.panic_args(),
             self.debug_args(),
@@ -454,6 +469,7 @@ mod tests {
             pvpanic: true,
             gdb: None,
             dump: false,
+            trace: None,
         }
     }
 
@@ -522,6 +538,20 @@ mod tests {
         assert!(a.contains(&"-S".to_string()));
         assert!(has_pair(&a, "-device", "vmcoreinfo"));
         assert!(has_pair(&a, "-action", "shutdown=pause"));
+    }
+
+    #[test]
+    fn trace_port_also_under_icount() {
+        let mut s = spec();
+        s.tcg = Tcg::Icount;
+        s.trace = Some("/r/trace.cpio".into());
+        let a = s.argv();
+        assert!(has_pair(&a, "-device", "virtio-serial-device"));
+        assert!(has_pair(&a, "-chardev", "file,id=labtrace,path=/r/trace.cpio"));
+        assert!(has_pair(&a, "-device", "virtserialport,chardev=labtrace,name=lab.trace"));
+        assert!(!a.iter().any(|x| x.contains("labres")));
+        s.tcg = Tcg::Single;
+        assert_eq!(s.argv().iter().filter(|x| *x == "virtio-serial-device").count(), 1);
     }
 
     #[test]

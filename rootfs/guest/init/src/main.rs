@@ -5,6 +5,7 @@
 mod sink;
 mod step;
 mod sys;
+mod trace;
 
 use labproto::{Event, Plan, CMDLINE_PLAN_KEY, PLAN_PATH};
 use sink::Sink;
@@ -45,6 +46,15 @@ const LATE_MOUNTS: &[MountSpec] = &[
         flags: libc::MS_NOSUID | libc::MS_NODEV,
         data: Some("mode=1777"),
         required: true,
+    },
+    // `--trace`; kernels without CONFIG_FTRACE have no tracefs.
+    MountSpec {
+        src: "tracefs",
+        target: "/sys/kernel/tracing",
+        fstype: "tracefs",
+        flags: 0,
+        data: None,
+        required: false,
     },
     // Only the topology step's scheduler-domain dump needs it; perf kernels may lack it.
     MountSpec { src: "debugfs", target: "/sys/kernel/debug", fstype: "debugfs", flags: 0, data: None, required: false },
@@ -165,8 +175,22 @@ fn run(sink: &mut Sink) -> Result<(), String> {
     let path = plan_path(&cmdline);
     let plan = load_plan(&path)?;
     sys::log(&format!("plan '{}' from {path}: {} step(s)", plan.name, plan.steps.len()));
+    let mut tracer = match &plan.trace {
+        Some(spec) => {
+            let port = sink::find_port(labproto::TRACE_PORT, std::time::Duration::from_secs(3))
+                .ok_or_else(|| format!("--trace: no virtio port named {}", labproto::TRACE_PORT))?;
+            Some(trace::Tracer::new(spec, &port)?)
+        }
+        None => None,
+    };
     for s in &plan.steps {
+        if let Some(t) = tracer.as_mut() {
+            t.start()?;
+        }
         step::run(s, sink);
+        if let Some(t) = tracer.as_mut() {
+            t.finish(&s.name)?;
+        }
     }
     sink.send(&Event::Done);
     if plan.shell {
