@@ -19,6 +19,7 @@ pub mod qemu;
 pub mod report;
 pub mod reproduce;
 pub mod run;
+pub mod selftest;
 pub mod setup;
 pub mod stats;
 pub mod testall;

@@ -258,6 +258,10 @@ pub fn prepare(opts: &RunOpts, plan: Plan, dir: &Path) -> Result<Prepared> {
     let bins = rootfs::build_guest(&rootfs::GuestBuildOpts { quiet: true, ..Default::default() })?;
     let mut spec = rootfs::InitramfsSpec::new(&bins, serde_json::to_string_pretty(&plan)?);
     spec.busybox = Some(crate::setup::busybox(&cache)?);
+    if crate::selftest::wanted(&plan) {
+        let tree = crate::tree::tree_dir(&cache, &crate::lock::Lock::load(&crate::lock::Lock::path())?);
+        spec.programs.push((crate::selftest::PROGRAM.into(), crate::selftest::build(&cache, &tree)?));
+    }
     spec.overlay = opts.overlay.clone();
     let initrd = dir.join("initramfs.cpio");
     rootfs::write_initramfs(&spec, &initrd)?;
@@ -542,6 +546,7 @@ pub fn run_plan(plan: &Plan, opts: &RunOpts) -> Result<Outcome> {
     write_console_results(&spec, &events)?;
 
     events.extend(crate::kunit::from_console(&lines));
+    events.extend(crate::selftest::from_console(&lines));
     let verdict = verdict.expect("loop ends with a verdict");
     let splats = console::scan(&lines);
     let topology_mismatches = check_topology(&prepared.board, &events);
