@@ -11,6 +11,7 @@ pub mod kcidb;
 pub mod kconfig;
 pub mod kernel;
 pub mod kunit;
+pub mod lava;
 pub mod lock;
 pub mod nightly;
 pub mod paths;

@@ -61,6 +61,20 @@ enum Cmd {
         #[arg(long)]
         out: Option<std::path::PathBuf>,
     },
+    /// Write a LAVA job (device type qemu) that boots this kernel, DTB and initramfs with the
+    /// lab's QEMU argv and reports the plan's results as LAVA test cases; also writes the
+    /// artifacts, a device dictionary and the rendered device config for a local `lava-run`.
+    LavaJob {
+        /// Output directory [default: target/lab/lava/<plan>-<board>-<flavor>].
+        #[arg(long)]
+        out: Option<std::path::PathBuf>,
+        /// Where the farm serves the artifacts (Image, initramfs.cpio, board.dtb) [default:
+        /// file:// paths into the output directory].
+        #[arg(long, value_name = "URL")]
+        artifact_url: Option<String>,
+        #[command(flatten)]
+        run: RunArgs,
+    },
     /// Everything `cargo make test` runs: unit tests, kernels, end-to-end tests.
     Test,
     /// Clippy, rustfmtcheck and checkpatch over rust-driver/.
@@ -259,6 +273,20 @@ fn run(cmd: Cmd) -> Result<()> {
         Cmd::Conformance(args) => suite(&args, "conformance"),
         Cmd::Fuzz(args) => suite(&args, "fuzz"),
         Cmd::Test => lab::testall::run(),
+        Cmd::LavaJob { out, artifact_url, run } => {
+            let opts = run.opts("default");
+            let name = format!("{}-{}-{}", opts.plan, opts.board, opts.flavor);
+            let out = out.unwrap_or_else(|| paths::repo().join("target/lab/lava").join(paths::path_safe(&name)));
+            let w = lab::lava::write(&opts, &out, artifact_url.as_deref())?;
+            println!("{}", w.job.display());
+            println!(
+                "run it locally: lava-run --job-id 1 --output-dir {} --device {} {}",
+                out.join("lava-out").display(),
+                w.device.display(),
+                w.job.display()
+            );
+            Ok(())
+        }
         Cmd::GuestBuild { manifest, out } => guest_build(&manifest, out),
         Cmd::Gdb { run, gdb_args } => std::process::exit(lab::gdb::run(&paths::runs_dir(), run.as_deref(), &gdb_args)?),
         Cmd::DriverCheck => lab::driver_check::run(),
