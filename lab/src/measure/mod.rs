@@ -1,0 +1,8 @@
+//! Stage 5: measurements. Statistics, benchmark samples and tables, plots, and the seed
+//! experiments (`bench`, `reproduce`). Imports `report`, `harness` and below.
+
+pub mod bench;
+pub mod plots;
+pub mod reproduce;
+pub mod samples;
+pub mod stats;
