@@ -182,8 +182,14 @@ fn trace_dat(meta: &Path, step: &Path) -> Result<PathBuf> {
     let mut c = Command::new("trace-cmd");
     c.arg("restore").arg("-c").arg("-t").arg(&tdir).arg("-k").arg(meta.join("kallsyms")).arg("-o").arg(&head);
     crate::support::process::output(&mut c).context("trace-cmd restore -c")?;
-    // One file per CPU, in order, empty ones included: trace-cmd numbers CPUs by position.
+    // One file per CPU, in order: trace-cmd numbers CPUs by position and drops empty files,
+    // so a CPU without events gets an empty ring-buffer page (all zero: no commit).
     let cpus: Vec<PathBuf> = (0..).map(|n| step.join(format!("cpu{n}.raw"))).take_while(|p| p.is_file()).collect();
+    for c in &cpus {
+        if std::fs::metadata(c)?.len() == 0 {
+            std::fs::write(c, vec![0u8; 4096])?;
+        }
+    }
     let mut c = Command::new("trace-cmd");
     c.arg("restore").arg("-i").arg(&head).arg("-o").arg(&dat).args(&cpus);
     crate::support::process::output(&mut c).context("trace-cmd restore -i")?;

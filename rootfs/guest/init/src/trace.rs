@@ -122,8 +122,18 @@ impl Tracer {
     }
 }
 
+/// Reads a tracefs (or proc) file with large reads: some tracefs files (events/header_page,
+/// header_event) answer only a read at offset 0, so std's 32-byte first read would cut them.
 fn read(path: &str) -> Vec<u8> {
-    std::fs::read(path).unwrap_or_default()
+    let Ok(mut f) = File::open(path) else { return vec![] };
+    let mut out = vec![];
+    let mut chunk = vec![0u8; 256 << 10];
+    loop {
+        match f.read(&mut chunk) {
+            Ok(0) | Err(_) => return out,
+            Ok(n) => out.extend_from_slice(&chunk[..n]),
+        }
+    }
 }
 
 /// Pages of a per-CPU ring buffer, read until it is empty (tracing is off by then).
