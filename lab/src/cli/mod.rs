@@ -28,7 +28,11 @@ pub struct Cli {
 #[derive(Subcommand)]
 pub enum Cmd {
     /// Install and check everything the builds need (idempotent).
-    Setup,
+    Setup {
+        /// Also Debian's lava-dispatcher, for `lava-run` of `lava-job`'s jobs.
+        #[arg(long)]
+        lava: bool,
+    },
     /// Build (or reuse) the kernel of a flavor.
     Kernel {
         /// perf (benchmarks), debug (lockdep, KASAN, KUnit), ...: kernel-config/<flavor>.config.
@@ -160,7 +164,7 @@ pub fn main() {
 
 fn dispatch(cmd: Cmd) -> Result<()> {
     match cmd {
-        Cmd::Setup => setup::run(),
+        Cmd::Setup { lava } => setup::run(lava),
         Cmd::Kernel { flavor, kconfig } => kernel::build(&flavor, &kconfig.extras()),
         Cmd::KernelLock => kernel::lock(),
         Cmd::DriverTree => kernel::driver_tree(),

@@ -159,6 +159,25 @@ fn ensure_host_packages(cache: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Debian's lava-dispatcher, for `lava-run` of the lab's LAVA jobs (`lab setup --lava`; the
+/// builds do not need it). On bookworm its libguestfs pulls qemu-system-x86, which must come
+/// from backports like the lab's qemu-system-arm (they share qemu-system-common).
+pub fn ensure_lava(cache: &Path) -> Result<()> {
+    if crate::support::process::have_tool("lava-run") {
+        return Ok(());
+    }
+    let codename = apt::host_codename();
+    let mut pkgs = vec!["lava-dispatcher".to_string()];
+    if codename.as_deref() == Some("bookworm") {
+        pkgs.push("qemu-system-x86/bookworm-backports".into());
+    }
+    apt::host_install(&pkgs, codename.as_deref().filter(|c| *c == "bookworm"), cache)?;
+    if !crate::support::process::have_tool("lava-run") {
+        bail!("lava-run still missing after installing lava-dispatcher");
+    }
+    Ok(())
+}
+
 /// rust-src matching the host rustc, unpacked (not installed) into the cache, and linked
 /// into the rustc sysroot when it has none, so `-Zbuild-std` finds it for the guest.
 fn ensure_rust_src(cache: &Path) -> Result<PathBuf> {

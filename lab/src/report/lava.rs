@@ -123,6 +123,9 @@ pub fn device_config(job: &Value) -> Value {
             "kernel-start-message": "Linux version [0-9]",
             "default-shell-prompt": "lava-test: # ",
             "spawn_maxread": "4092",
+            // One try: a retried boot could turn a failed run into a pass.
+            "failure_retry": 1,
+            "boot_retry": 1,
         },
         "parameters": {"pass": null},
         "actions": {
