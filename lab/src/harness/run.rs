@@ -19,6 +19,9 @@ use std::time::{Duration, Instant};
 
 /// Grace on top of a step's own timeout: the guest init enforces it first.
 const STEP_GRACE: Duration = Duration::from_secs(15);
+/// With `--trace` the init reads and sends each step's trace after the step (the ftrace text
+/// of full ring buffers takes a while under emulation).
+const TRACE_GRACE: Duration = Duration::from_secs(300);
 /// After Done (or an init error), the guest has this long to power off.
 const POWEROFF_TIMEOUT: Duration = Duration::from_secs(15);
 /// How long to keep reading the console after a panic for the rest of its report.
@@ -168,7 +171,7 @@ pub fn run_plan(plan: &Plan, opts: &RunOpts) -> Result<Outcome> {
                 }
                 Event::StepEnd { .. } => {
                     phase = Phase::Idle;
-                    deadline = now + STEP_GRACE;
+                    deadline = now + if opts.trace.is_some() { TRACE_GRACE } else { STEP_GRACE };
                 }
                 Event::Done => {
                     phase = Phase::PowerOff;
