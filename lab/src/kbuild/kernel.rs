@@ -71,6 +71,14 @@ impl Extras {
         Ok(Fragment::merge(&parts))
     }
 
+    /// The flavor's fragment with the extras merged over it, and the kernel's label. Extras
+    /// that change no symbol (CONFIG_USER_NS=y is in base.config) are the flavor itself.
+    pub fn over(&self, base: &Fragment, flavor: &str) -> Result<(Fragment, String)> {
+        let merged = Fragment::merge(&[base.clone(), self.fragment()?]);
+        let label = if merged.values == base.values { flavor.to_string() } else { self.label(flavor)? };
+        Ok((merged, label))
+    }
+
     /// `perf` without extras, `perf+<hash of the extras>` with them.
     pub fn label(&self, flavor: &str) -> Result<String> {
         if self.is_empty() {
@@ -145,10 +153,7 @@ pub fn build(flavor: &str) -> Result<Built> {
 /// Builds (or finds) the kernel for `flavor` plus command-line extras.
 pub fn build_with(flavor: &str, extras: &Extras) -> Result<Built> {
     let cache = paths::cache();
-    let base = fragment(flavor)?;
-    let merged = Fragment::merge(&[base.clone(), extras.fragment()?]);
-    // Extras that change nothing (e.g. CONFIG_USER_NS=y, already in base.config) are the flavor.
-    let label = if merged.values == base.values { flavor.to_string() } else { extras.label(flavor)? };
+    let (merged, label) = extras.over(&fragment(flavor)?, flavor)?;
     let flavor_name = flavor;
     let flavor = label.as_str();
     let lock = Lock::load(&Lock::path())?;
@@ -384,6 +389,11 @@ mod tests {
             let e = Extras { adds: vec![wrong.into()], ..Default::default() }.fragment().unwrap_err().to_string();
             assert!(e.contains("expected CONFIG_NAME=value"), "{e}");
         }
+        let perf = fragment("perf").unwrap();
+        let same = Extras { adds: vec!["CONFIG_USER_NS=y".into()], ..Default::default() };
+        assert_eq!(same.over(&perf, "perf").unwrap().1, "perf", "a no-op extra is the plain flavor");
+        let (merged, l) = x.over(&perf, "perf").unwrap();
+        assert_eq!((l.as_str(), merged.values["CONFIG_DEBUG_INFO_DWARF5"].as_str()), (label.as_str(), "y"));
         let e = Extras { files: vec!["/no/such.config".into()], ..Default::default() }.fragment().unwrap_err();
         assert!(format!("{e:#}").contains("--kconfig /no/such.config"), "{e:#}");
     }
