@@ -14,6 +14,8 @@
 //! is all Linux's arch_topology uses to compute `cpu_capacity`.
 
 mod dtb;
+mod expect;
+mod load;
 mod schema;
 mod topology;
 

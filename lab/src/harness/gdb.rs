@@ -3,6 +3,7 @@
 
 use crate::harness::qemu::VmSpec;
 use crate::kbuild::kernel::Built;
+use crate::support::progress::note;
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -26,14 +27,14 @@ pub fn announce(dir: &Path, kernel: &Built, spec: &VmSpec, pid: u32) -> Result<(
     let Some(socket) = spec.gdb.clone() else { return Ok(()) };
     let t = GdbTarget { socket, vmlinux: kernel.vmlinux(), gdb_script: kernel.gdb_script(), qemu_pid: pid };
     crate::support::fs::write_atomic(&dir.join(GDB_TARGET), serde_json::to_string_pretty(&t)?.as_bytes())?;
-    eprintln!(
-        "lab: QEMU is halted with a gdbstub on {}; attach with `cargo make gdb` (no timeouts apply)",
+    note(format!(
+        "QEMU is halted with a gdbstub on {}; attach with `cargo make gdb` (no timeouts apply)",
         t.socket.display()
-    );
+    ));
     if t.gdb_script.is_none() {
-        eprintln!(
-            "lab: this kernel has no DWARF or gdb helpers; for variables and lx-* commands boot with \
-             --kconfig kernel-config/extra/gdb.config"
+        note(
+            "this kernel has no DWARF or gdb helpers; for variables and lx-* commands boot with \
+             --kconfig kernel-config/extra/gdb.config",
         );
     }
     Ok(())
@@ -92,9 +93,7 @@ pub fn argv(t: &GdbTarget, extra: &[String]) -> Vec<String> {
 pub fn run(runs: &Path, run: Option<&Path>, extra: &[String]) -> Result<i32> {
     let t = find_target(runs, run)?;
     if t.gdb_script.is_none() {
-        eprintln!(
-            "lab: no scripts/gdb helpers in this kernel (lx-* commands missing); see kernel-config/extra/gdb.config"
-        );
+        note("no scripts/gdb helpers in this kernel (lx-* commands missing); see kernel-config/extra/gdb.config");
     }
     let a = argv(&t, extra);
     let st = Command::new(&a[0])

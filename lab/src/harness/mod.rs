@@ -7,6 +7,7 @@ pub mod expect;
 pub mod gdb;
 pub mod ktap;
 pub mod manifest;
+pub mod monitor;
 pub mod opts;
 pub mod outcome;
 pub mod prepare;

@@ -6,7 +6,9 @@ use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub const QEMU: &str = "qemu-system-aarch64";
@@ -237,7 +239,11 @@ pub struct Vm {
     pub console: Option<Receiver<String>>,
     qmp_path: Option<PathBuf>,
     qmp: Option<Qmp>,
+    watch: Option<QmpWatch>,
 }
+
+/// Longest a `--dump` may take before the harness gives up on it.
+const DUMP_TIMEOUT: Duration = Duration::from_secs(300);
 
 type Qmp = qapi::Qmp<qapi::Stream<BufReader<std::os::unix::net::UnixStream>, std::os::unix::net::UnixStream>>;
 
@@ -246,6 +252,16 @@ type Qmp = qapi::Qmp<qapi::Stream<BufReader<std::os::unix::net::UnixStream>, std
 pub enum VmEvent {
     Panicked,
     Shutdown,
+    /// The QMP connection stopped answering.
+    Lost,
+}
+
+/// The QMP connection, moved to its own thread by [`Vm::watch_qmp`].
+struct QmpWatch {
+    quit: mpsc::Sender<()>,
+    thread: std::thread::JoinHandle<()>,
+    /// A `--dump` is being written: stopping QEMU waits for it.
+    dumping: Arc<AtomicBool>,
 }
 
 impl Vm {
@@ -294,7 +310,7 @@ impl Vm {
         } else {
             None
         };
-        Ok(Vm { child: Some(child), pid, started, console, qmp_path: spec.qmp.clone(), qmp: None })
+        Ok(Vm { child: Some(child), pid, started, console, qmp_path: spec.qmp.clone(), qmp: None, watch: None })
     }
 
     /// Connects to QMP (retrying while QEMU creates the socket) and does the handshake.
@@ -334,47 +350,60 @@ impl Vm {
             .collect())
     }
 
-    /// Polls QMP for events (GUEST_PANICKED, SHUTDOWN).
-    pub fn poll_events(&mut self) -> Vec<VmEvent> {
-        let Some(q) = self.qmp.as_mut() else { return vec![] };
-        if q.nop().is_err() {
-            self.qmp = None;
-            return vec![];
-        }
-        q.events()
-            .filter_map(|e| match e {
-                qapi::qmp::Event::GUEST_PANICKED { .. } => Some(VmEvent::Panicked),
-                qapi::qmp::Event::SHUTDOWN { .. } => Some(VmEvent::Shutdown),
-                _ => None,
-            })
-            .collect()
-    }
-
-    /// Writes guest memory as an ELF core (with the guest's VMCOREINFO note, for crash and
-    /// drgn) over QMP, detached, and waits for it, so a large guest does not trip the QMP read
-    /// timeout.
-    pub fn dump_memory(&mut self, path: &std::path::Path, timeout: Duration) -> Result<()> {
-        let q = self.qmp.as_mut().context("QMP not connected: no memory dump")?;
-        let abs = std::path::absolute(path)?;
-        q.execute(&qapi::qmp::dump_guest_memory {
-            paging: false,
-            protocol: format!("file:{}", abs.display()),
-            detach: Some(true),
-            begin: None,
-            length: None,
-            format: Some(qapi::qmp::DumpGuestMemoryFormat::elf),
-        })
-        .context("dump-guest-memory")?;
-        let deadline = Instant::now() + timeout;
-        loop {
-            let st = q.execute(&qapi::qmp::query_dump {}).context("query-dump")?;
-            match st.status {
-                qapi::qmp::DumpStatus::completed => return Ok(()),
-                qapi::qmp::DumpStatus::failed => bail!("QEMU failed to write the memory dump {}", abs.display()),
-                _ if Instant::now() > deadline => bail!("memory dump not done after {timeout:?}"),
-                _ => std::thread::sleep(Duration::from_millis(50)),
+    /// Moves the QMP connection to a thread that polls it every 100 ms and hands each event
+    /// to `on_event` (ending with [`VmEvent::Lost`] if QMP stops answering). [`Vm::stop`]
+    /// still asks QEMU to quit through it.
+    ///
+    /// With `dump`, a panic or a power-off (QEMU paused by `-action panic=pause` and
+    /// `shutdown=pause`) first writes the guest's memory there, over this same connection;
+    /// after a power-off QEMU is then told to quit.
+    pub fn watch_qmp(&mut self, dump: Option<PathBuf>, mut on_event: impl FnMut(VmEvent) + Send + 'static) {
+        let Some(mut q) = self.qmp.take() else { return };
+        let mut dumped = false;
+        let dumping = Arc::new(AtomicBool::new(false));
+        let dumping_w = dumping.clone();
+        let (quit, quit_rx) = mpsc::channel::<()>();
+        let thread = std::thread::spawn(move || loop {
+            match quit_rx.recv_timeout(Duration::from_millis(100)) {
+                Ok(()) | Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    let _ = q.write_command(&qapi::qmp::quit {});
+                    return;
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
             }
-        }
+            if q.nop().is_err() {
+                on_event(VmEvent::Lost);
+                return;
+            }
+            let events: Vec<VmEvent> = q
+                .events()
+                .filter_map(|e| match e {
+                    qapi::qmp::Event::GUEST_PANICKED { .. } => Some(VmEvent::Panicked),
+                    qapi::qmp::Event::SHUTDOWN { .. } => Some(VmEvent::Shutdown),
+                    _ => None,
+                })
+                .collect();
+            for e in events {
+                if let Some(path) = dump.as_ref().filter(|_| !dumped) {
+                    dumped = true;
+                    dumping_w.store(true, Ordering::SeqCst);
+                    let res = dump_guest_memory(&mut q, path, DUMP_TIMEOUT);
+                    dumping_w.store(false, Ordering::SeqCst);
+                    match res {
+                        Ok(()) => crate::support::progress::note(format!("guest memory dump: {}", path.display())),
+                        Err(e) => crate::support::progress::note(format!(
+                            "guest memory dump {} failed: {e:#}",
+                            path.display()
+                        )),
+                    }
+                    if e == VmEvent::Shutdown {
+                        let _ = q.write_command(&qapi::qmp::quit {});
+                    }
+                }
+                on_event(e);
+            }
+        });
+        self.watch = Some(QmpWatch { quit, thread, dumping });
     }
 
     /// Exit status, if QEMU has exited.
@@ -399,7 +428,16 @@ impl Vm {
 
     /// Asks QEMU to quit over QMP, then kills it if it hasn't within a second.
     pub fn stop(&mut self) {
-        if let Some(q) = self.qmp.as_mut() {
+        if let Some(w) = self.watch.take() {
+            // A memory dump in progress (--dump after a panic) finishes first.
+            let t0 = Instant::now();
+            while w.dumping.load(Ordering::SeqCst) && t0.elapsed() < DUMP_TIMEOUT {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            // Not joined: a hung QMP must not hold up the kill below.
+            let _ = w.quit.send(());
+            drop(w.thread);
+        } else if let Some(q) = self.qmp.as_mut() {
             let _ = q.write_command(&qapi::qmp::quit {});
         }
         if self.wait_exit(Duration::from_secs(1)).is_none() {
@@ -429,6 +467,31 @@ impl Drop for Vm {
         }
         if self.child.is_some() {
             self.stop();
+        }
+    }
+}
+
+/// Writes guest memory as an ELF core (with the guest's VMCOREINFO note, for crash and drgn),
+/// detached, and polls until it is done, so a large guest does not trip the QMP read timeout.
+fn dump_guest_memory(q: &mut Qmp, path: &std::path::Path, timeout: Duration) -> Result<()> {
+    let abs = std::path::absolute(path)?;
+    q.execute(&qapi::qmp::dump_guest_memory {
+        paging: false,
+        protocol: format!("file:{}", abs.display()),
+        detach: Some(true),
+        begin: None,
+        length: None,
+        format: Some(qapi::qmp::DumpGuestMemoryFormat::elf),
+    })
+    .context("dump-guest-memory")?;
+    let deadline = Instant::now() + timeout;
+    loop {
+        let st = q.execute(&qapi::qmp::query_dump {}).context("query-dump")?;
+        match st.status {
+            qapi::qmp::DumpStatus::completed => return Ok(()),
+            qapi::qmp::DumpStatus::failed => bail!("QEMU failed to write the memory dump {}", abs.display()),
+            _ if Instant::now() > deadline => bail!("memory dump not done after {timeout:?}"),
+            _ => std::thread::sleep(Duration::from_millis(50)),
         }
     }
 }
