@@ -495,6 +495,31 @@ mod tests {
     }
 
     #[test]
+    fn gdb_scripts_are_copied_with_symlinks_resolved() {
+        // An O= directory after `make scripts_gdb`: symlinks into the tree plus generated files.
+        let d = tempfile::tempdir().unwrap();
+        let (src, obj) = (d.path().join("src"), d.path().join("obj"));
+        std::fs::create_dir_all(src.join("scripts/gdb/linux")).unwrap();
+        std::fs::create_dir_all(obj.join("scripts/gdb/linux")).unwrap();
+        std::fs::write(src.join("scripts/gdb/vmlinux-gdb.py"), "import linux\n").unwrap();
+        std::fs::write(src.join("scripts/gdb/linux/utils.py"), "# utils\n").unwrap();
+        std::os::unix::fs::symlink(src.join("scripts/gdb/vmlinux-gdb.py"), obj.join("vmlinux-gdb.py")).unwrap();
+        std::os::unix::fs::symlink(src.join("scripts/gdb/linux/utils.py"), obj.join("scripts/gdb/linux/utils.py"))
+            .unwrap();
+        std::fs::write(obj.join("scripts/gdb/linux/constants.py"), "LX_CONFIG_X = 1\n").unwrap();
+        std::fs::write(obj.join("scripts/gdb/linux/.constants.py.cmd"), "x").unwrap();
+        let to = d.path().join("artifact").join(GDB_DIR);
+        copy_gdb_scripts(&obj, &to).unwrap();
+        assert_eq!(std::fs::read_to_string(to.join("vmlinux-gdb.py")).unwrap(), "import linux\n");
+        assert!(!to.join("vmlinux-gdb.py").is_symlink());
+        assert_eq!(std::fs::read_to_string(to.join("scripts/gdb/linux/utils.py")).unwrap(), "# utils\n");
+        assert!(to.join("scripts/gdb/linux/constants.py").is_file());
+        assert!(!to.join("scripts/gdb/linux/.constants.py.cmd").exists());
+        let b = Built { flavor: "perf+x".into(), key: "k".into(), dir: d.path().join("artifact") };
+        assert_eq!(b.gdb_script(), Some(to.join("vmlinux-gdb.py")));
+    }
+
+    #[test]
     fn cache_key_value_is_pinned() {
         // Published kernels are keyed by this: a change rebuilds every flavor everywhere.
         let f = Fragment::parse("CONFIG_A=y\n", "a").unwrap();
