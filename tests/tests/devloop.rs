@@ -128,6 +128,23 @@ fn gdb_stops_in_the_rust_binder_on_a_guest_call() {
 }
 
 #[test]
+fn dump_writes_an_elf_core_of_guest_memory_on_power_off_and_panic() {
+    let d = tempfile::tempdir().unwrap();
+    for (plan, file) in [("default", "off.elf"), ("panic", "panic.elf")] {
+        let path = d.path().join(file);
+        let out = run::run(&RunOpts { dump: Some(path.clone()), ..opts(plan) }).unwrap();
+        assert_eq!(out.ok(), plan == "default", "{}", summary(&out));
+        let mut head = [0u8; 20];
+        std::io::Read::read_exact(&mut std::fs::File::open(&path).unwrap(), &mut head).unwrap();
+        // ELF, 64-bit little-endian, ET_CORE, EM_AARCH64; at least the board's 2 GiB of RAM.
+        assert_eq!(&head[..6], b"\x7fELF\x02\x01", "{plan}");
+        assert_eq!((u16::from_le_bytes([head[16], head[17]]), u16::from_le_bytes([head[18], head[19]])), (4, 183));
+        assert!(std::fs::metadata(&path).unwrap().len() >= 2 << 30, "{plan}: dump cut short");
+        std::fs::remove_file(&path).unwrap();
+    }
+}
+
+#[test]
 #[ignore = "a DWARF kernel (kernel-config/extra/gdb.config) is another full build, about 12 min of both cores: cargo test -p lab-tests --test devloop -- --ignored gdb_reads"]
 fn gdb_reads_rust_binder_arguments_with_dwarf() {
     let mut o = opts("default");
