@@ -6,7 +6,7 @@ use anyhow::Result;
 use std::path::PathBuf;
 
 pub fn run(out: Option<PathBuf>, artifact_url: Option<&str>, args: &RunArgs) -> Result<()> {
-    let opts = args.opts("default");
+    let opts = args.opts("default")?;
     let name = format!("{}-{}-{}", opts.plan, opts.board, opts.flavor);
     let out = out.unwrap_or_else(|| paths::repo().join("target/lab/lava").join(paths::path_safe(&name)));
     let w = crate::report::lava::write(&opts, &out, artifact_url)?;

@@ -70,6 +70,8 @@ pub struct Monitor {
     idle_grace: Duration,
     /// Off with `--gdb`: a guest stopped in gdb is not hung.
     timeouts: bool,
+    /// Collected-file chunks not yet taken by the caller (they are not kept as events).
+    chunks: Vec<Event>,
 }
 
 impl Monitor {
@@ -91,7 +93,13 @@ impl Monitor {
             qmp_lost: false,
             idle_grace: STEP_GRACE,
             timeouts: true,
+            chunks: vec![],
         }
+    }
+
+    /// The collected-file chunks received since the last call, for the caller to write out.
+    pub fn take_chunks(&mut self) -> Vec<Event> {
+        std::mem::take(&mut self.chunks)
     }
 
     /// The grace after a step ends, before the next starts (default [`STEP_GRACE`]).
@@ -147,6 +155,9 @@ impl Monitor {
     }
 
     fn result(&mut self, now: Instant, ev: Event) {
+        if matches!(ev, Event::FileChunk { .. }) {
+            return self.chunks.push(ev);
+        }
         if self.verdict.is_none() {
             match &ev {
                 Event::Hello { .. } => {
@@ -154,7 +165,9 @@ impl Monitor {
                     self.enter(Phase::Idle, now + STEP_GRACE);
                 }
                 Event::StepStart { step } => {
-                    let t = Duration::from_secs(self.step_timeouts.get(step).copied().unwrap_or(60));
+                    // `STEP@N` in a repeated plan.
+                    let t = self.step_timeouts.get(labproto::plan_step(step)).copied().unwrap_or(60);
+                    let t = Duration::from_secs(t);
                     self.enter(Phase::Step(step.clone()), now + t + STEP_GRACE);
                 }
                 Event::StepEnd { .. } => self.enter(Phase::Idle, now + self.idle_grace),
@@ -231,7 +244,7 @@ mod tests {
     use labproto::Step;
 
     fn plan() -> Plan {
-        let step = |name: &str, timeout_s| Step { name: name.into(), argv: vec![], timeout_s, env: Default::default() };
+        let step = |name: &str, timeout_s| Step { name: name.into(), timeout_s, ..Default::default() };
         Plan { name: "p".into(), steps: vec![step("a", 5), step("b", 30)], ..Default::default() }
     }
 

@@ -25,7 +25,7 @@ pub struct Prepared {
 /// Builds what is missing and writes the DTB and initramfs into `dir`.
 pub fn prepare(opts: &RunOpts, plan: Plan, dir: &Path) -> Result<Prepared> {
     let cache = paths::cache();
-    let (board, board_sha256) = load_board_file(&opts.board)?;
+    let (board, board_sha256) = load_board_file(&opts.board, opts.smp, opts.memory.as_deref())?;
     let kernel = kernel::build_with(&opts.flavor, &opts.kconfig)?;
     let base = std::fs::read(dtb::qemu_dtb(&cache, &board)?)?;
     let dtb = dir.join("board.dtb");
