@@ -50,6 +50,8 @@ pub struct GuestBuildOpts {
     pub jobs: Option<u32>,
     pub offline: bool,
     pub quiet: bool,
+    /// `--locked`: the lab's own workspace has a committed Cargo.lock; a user's crate may not.
+    pub locked: bool,
 }
 
 impl Default for GuestBuildOpts {
@@ -65,6 +67,7 @@ impl Default for GuestBuildOpts {
             jobs: None,
             offline: false,
             quiet: false,
+            locked: true,
         }
     }
 }
@@ -135,11 +138,13 @@ pub fn guest_build_command(opts: &GuestBuildOpts) -> Command {
     let mut cmd = Command::new(&opts.cargo);
     cmd.current_dir(&opts.guest_dir).arg("build").arg("--manifest-path").arg(opts.guest_dir.join("Cargo.toml")).args([
         "--release",
-        "--locked",
         "-Zbuild-std=std,panic_abort",
         "--target",
         GUEST_TARGET,
     ]);
+    if opts.locked {
+        cmd.arg("--locked");
+    }
     if let Some(j) = opts.jobs {
         cmd.arg(format!("-j{j}"));
     }
@@ -194,6 +199,50 @@ pub fn build_guest(opts: &GuestBuildOpts) -> Result<GuestBins> {
     })
 }
 
+/// Builds a user's own crate (the directory of its Cargo.toml) exactly as [`build_guest`]
+/// builds the lab's guest programs, into `<crate>/target`, and returns the static aarch64
+/// executables it produced.
+pub fn build_user_crate(manifest: &Path) -> Result<Vec<PathBuf>> {
+    let dir = if manifest.file_name().is_some_and(|n| n == "Cargo.toml") {
+        manifest.parent().unwrap_or(Path::new(".")).to_path_buf()
+    } else {
+        manifest.to_path_buf()
+    };
+    if !dir.join("Cargo.toml").is_file() {
+        bail!("--manifest {}: no Cargo.toml there; give the crate's Cargo.toml or its directory", manifest.display());
+    }
+    let dir = std::path::absolute(&dir)?;
+    let opts = GuestBuildOpts { target_dir: dir.join("target"), guest_dir: dir, locked: false, ..Default::default() };
+    check_prerequisites(&opts)?;
+    let mut cmd = guest_build_command(&opts);
+    cmd.arg("--message-format=json-render-diagnostics").stdout(std::process::Stdio::piped());
+    let out = cmd.spawn().with_context(|| format!("cannot run {}", opts.cargo.display()))?.wait_with_output()?;
+    if !out.status.success() {
+        bail!("guest build failed ({}): {}", out.status, describe(&cmd));
+    }
+    let exes = executables(&String::from_utf8_lossy(&out.stdout));
+    if exes.is_empty() {
+        bail!("{} built no executable (a [[bin]] target or src/main.rs)", opts.guest_dir.display());
+    }
+    for e in &exes {
+        elf::check_static_aarch64(e)?;
+    }
+    Ok(exes)
+}
+
+/// Executables among cargo's JSON messages.
+fn executables(messages: &str) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = messages
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|m| m["reason"] == "compiler-artifact")
+        .filter_map(|m| m["executable"].as_str().map(PathBuf::from))
+        .collect();
+    v.sort();
+    v.dedup();
+    v
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -232,6 +281,21 @@ mod tests {
         for name in GUEST_PROGRAMS {
             elf::check_static_aarch64(bins.program(name).unwrap()).unwrap();
         }
+    }
+
+    #[test]
+    fn user_crates() {
+        let msgs = [
+            r#"{"reason":"compiler-artifact","target":{"name":"rsbinder"},"executable":null}"#,
+            r#"{"reason":"compiler-artifact","target":{"name":"hello"},"executable":"/c/target/a/release/hello"}"#,
+            r#"{"reason":"build-finished","success":true}"#,
+        ]
+        .join("\n");
+        assert_eq!(executables(&msgs), [PathBuf::from("/c/target/a/release/hello")]);
+        let e = build_user_crate(Path::new("/nonexistent/Cargo.toml")).unwrap_err().to_string();
+        assert!(e.contains("no Cargo.toml there"), "{e}");
+        let cmd = guest_build_command(&GuestBuildOpts { locked: false, ..Default::default() });
+        assert!(!cmd.get_args().any(|a| a == "--locked"));
     }
 
     #[test]

@@ -55,6 +55,42 @@ pub struct RunArgs {
     /// (debug flavor, `--plan kunit`), e.g. 'ctabs*' or 'ctabs.pick_*'.
     #[arg(long, value_name = "GLOB")]
     pub filter: Option<String>,
+    #[command(flatten)]
+    pub kconfig: KconfigArgs,
+    /// Start halted with QEMU's gdbstub and `nokaslr`; attach with `cargo make gdb`. No
+    /// timeouts apply while the guest waits for gdb.
+    #[arg(long)]
+    pub gdb: bool,
+    /// Write the guest's memory to FILE as an ELF core (readable by drgn and crash) when the
+    /// plan ends or the guest panics.
+    #[arg(long, value_name = "FILE")]
+    pub dump: Option<std::path::PathBuf>,
+    /// Record trace events around every step and save them in the run directory (trace/<step>/
+    /// trace.txt for Perfetto, trace.dat for trace-cmd), e.g.
+    /// binder:*,sched:sched_switch,sched:sched_wakeup,sched:sched_waking,sched:sched_migrate_task.
+    #[arg(long, value_name = "EVENTS", value_parser = parse_trace)]
+    pub trace: Option<labproto::TraceSpec>,
+}
+
+fn parse_trace(s: &str) -> Result<labproto::TraceSpec, String> {
+    labproto::TraceSpec::parse(s)
+}
+
+/// Kernel config beyond the flavor: a distinct, separately cached kernel.
+#[derive(clap::Args, Clone)]
+pub struct KconfigArgs {
+    /// A kconfig fragment merged over the flavor (repeatable).
+    #[arg(long = "kconfig", value_name = "FILE")]
+    pub files: Vec<std::path::PathBuf>,
+    /// One symbol merged over the flavor and --kconfig, e.g. CONFIG_DEBUG_INFO_DWARF5=y (repeatable).
+    #[arg(long = "kconfig-add", value_name = "CONFIG_X=y")]
+    pub adds: Vec<String>,
+}
+
+impl KconfigArgs {
+    pub fn extras(&self) -> crate::kbuild::kernel::Extras {
+        crate::kbuild::kernel::Extras { files: self.files.clone(), adds: self.adds.clone() }
+    }
 }
 
 /// Runs of `--until-fail` without `--repeat`.
@@ -94,6 +130,10 @@ impl RunArgs {
             collect: self.collect_paths()?,
             smp: self.smp,
             memory: self.memory.clone(),
+            kconfig: self.kconfig.extras(),
+            gdb: self.gdb,
+            dump: self.dump.as_ref().map(|p| std::path::absolute(p).unwrap_or_else(|_| p.clone())),
+            trace: self.trace.clone(),
             ..Default::default()
         })
     }

@@ -6,8 +6,8 @@ use crate::support::paths;
 use anyhow::Result;
 use std::path::{Path, PathBuf};
 
-pub fn build(flavor: &str) -> Result<()> {
-    let b = kernel::build(flavor)?;
+pub fn build(flavor: &str, extras: &kernel::Extras) -> Result<()> {
+    let b = kernel::build_with(flavor, extras)?;
     println!("{}", b.image().display());
     Ok(())
 }

@@ -5,7 +5,10 @@ pub mod args;
 pub mod bench;
 pub mod catalog;
 pub mod compare;
+pub mod gdb;
+pub mod guest_build;
 pub mod kernel;
+pub mod lava;
 pub mod nightly;
 pub mod reproduce;
 pub mod run;
@@ -27,13 +30,19 @@ pub struct Cli {
 #[derive(Subcommand)]
 pub enum Cmd {
     /// Install and check everything the builds need (idempotent).
-    Setup,
+    Setup {
+        /// Also Debian's lava-dispatcher, for `lava-run` of `lava-job`'s jobs.
+        #[arg(long)]
+        lava: bool,
+    },
     /// Build (or reuse) the kernel of a flavor.
     Kernel {
         /// perf (benchmarks), debug (lockdep, KASAN, KUnit), cbinder (C driver), cbinder-spin
         /// (C driver + seed 001), ...: kernel-config/<flavor>.config or kernel-config/flavors.toml.
         #[arg(long, env = "LAB_FLAVOR", default_value = "perf", value_parser = catalog::Choice::flavors())]
         flavor: String,
+        #[command(flatten)]
+        kconfig: args::KconfigArgs,
     },
     /// Re-pin kernel-config/kernel.lock to the newest linux-source-7.2 served.
     KernelLock,
@@ -70,6 +79,40 @@ pub enum Cmd {
     /// Run the binder fuzzer (plan `fuzz`: 20k operations; `--plan fuzz-long` for
     /// millions, `--append binder_fuzz.seed=N` to replay a seed) and print the table.
     Fuzz(RunArgs),
+    /// Attach gdb-multiarch to a guest started with `--gdb` (the newest running one, or
+    /// --run DIR), with its vmlinux and the kernel's gdb helpers; arguments after `--` go to gdb.
+    Gdb {
+        /// Run directory of the guest to attach to.
+        #[arg(long)]
+        run: Option<std::path::PathBuf>,
+        /// Passed to gdb, e.g. `-- -batch -ex 'break rust_binder_ioctl' -ex continue`.
+        #[arg(last = true)]
+        gdb_args: Vec<String>,
+    },
+    /// Build your own crate static for aarch64 exactly as the lab builds its guest programs,
+    /// and put its executables into an overlay directory (OUT/bin) for `--overlay OUT`.
+    GuestBuild {
+        /// The crate's Cargo.toml (or its directory).
+        #[arg(long)]
+        manifest: std::path::PathBuf,
+        /// Overlay directory [default: <crate>/target/lab-overlay].
+        #[arg(long)]
+        out: Option<std::path::PathBuf>,
+    },
+    /// Write a LAVA job (device type qemu) that boots this kernel, DTB and initramfs with the
+    /// lab's QEMU argv and reports the plan's results as LAVA test cases; also writes the
+    /// artifacts, a device dictionary and the rendered device config for a local `lava-run`.
+    LavaJob {
+        /// Output directory [default: target/lab/lava/<plan>-<board>-<flavor>].
+        #[arg(long)]
+        out: Option<std::path::PathBuf>,
+        /// Where the farm serves the artifacts (Image, initramfs.cpio, board.dtb) [default:
+        /// file:// paths into the output directory].
+        #[arg(long, value_name = "URL")]
+        artifact_url: Option<String>,
+        #[command(flatten)]
+        run: RunArgs,
+    },
     /// Everything `cargo make test` runs: unit tests, kernels, end-to-end tests.
     Test,
     /// Clippy, rustfmtcheck and checkpatch over rust-driver/.
@@ -184,8 +227,8 @@ pub fn main() {
 pub fn execute(cmd: Cmd) -> Result<Exit> {
     let done = |r: Result<()>| r.map(|()| Exit::Ok);
     match cmd {
-        Cmd::Setup => done(setup::run()),
-        Cmd::Kernel { flavor } => done(kernel::build(&flavor)),
+        Cmd::Setup { lava } => done(setup::run(lava)),
+        Cmd::Kernel { flavor, kconfig } => done(kernel::build(&flavor, &kconfig.extras())),
         Cmd::KernelLock => done(kernel::lock()),
         Cmd::DriverTree => done(kernel::driver_tree()),
         Cmd::DriverExport => done(kernel::driver_export()),
@@ -194,6 +237,10 @@ pub fn execute(cmd: Cmd) -> Result<Exit> {
         Cmd::Test => test::run(),
         Cmd::DriverCheck => done(crate::kbuild::driver_check::run()),
         Cmd::Reproduce { from: Some(dir), .. } => done(reproduce::rerender(&dir)),
+        // gdb's own exit code is passed on.
+        Cmd::Gdb { run, gdb_args } => done(gdb::run(run.as_deref(), &gdb_args)),
+        Cmd::GuestBuild { manifest, out } => done(guest_build::run(&manifest, out)),
+        Cmd::LavaJob { out, artifact_url, run } => done(lava::run(out, artifact_url.as_deref(), &run)),
         Cmd::Conformance { cases, .. } if cases.list => {
             print!("{}", run::case_list());
             Ok(Exit::Ok)

@@ -66,6 +66,10 @@ pub struct Monitor {
     verdict: Option<Verdict>,
     panic_report_s: Option<f64>,
     qmp_lost: bool,
+    /// Between steps (longer with `--trace`: the init sends each step's trace then).
+    idle_grace: Duration,
+    /// Off with `--gdb`: a guest stopped in gdb is not hung.
+    timeouts: bool,
     /// Collected-file chunks not yet taken by the caller (they are not kept as events).
     chunks: Vec<Event>,
 }
@@ -87,6 +91,8 @@ impl Monitor {
             verdict: None,
             panic_report_s: None,
             qmp_lost: false,
+            idle_grace: STEP_GRACE,
+            timeouts: true,
             chunks: vec![],
         }
     }
@@ -94,6 +100,18 @@ impl Monitor {
     /// The collected-file chunks received since the last call, for the caller to write out.
     pub fn take_chunks(&mut self) -> Vec<Event> {
         std::mem::take(&mut self.chunks)
+    }
+
+    /// The grace after a step ends, before the next starts (default [`STEP_GRACE`]).
+    pub fn idle_grace(mut self, grace: Duration) -> Monitor {
+        self.idle_grace = grace;
+        self
+    }
+
+    /// No boot, step or power-off timeout (for a guest held in gdb).
+    pub fn without_timeouts(mut self) -> Monitor {
+        self.timeouts = false;
+        self
     }
 
     pub fn verdict(&self) -> Option<&Verdict> {
@@ -152,7 +170,7 @@ impl Monitor {
                     let t = Duration::from_secs(t);
                     self.enter(Phase::Step(step.clone()), now + t + STEP_GRACE);
                 }
-                Event::StepEnd { .. } => self.enter(Phase::Idle, now + STEP_GRACE),
+                Event::StepEnd { .. } => self.enter(Phase::Idle, now + self.idle_grace),
                 Event::Done => self.enter(Phase::PowerOff, now + POWEROFF_TIMEOUT),
                 Event::InitError { message } => self.verdict = Some(Verdict::InitError { message: message.clone() }),
                 _ => {}
@@ -188,7 +206,7 @@ impl Monitor {
                 Verdict::QemuExited { status: status.clone(), tail: splat::tail(&self.lines, TAIL) }
             });
         }
-        (now > self.deadline)
+        (self.timeouts && now > self.deadline)
             .then(|| Verdict::Timeout { phase: self.phase_text(), tail: splat::tail(&self.lines, TAIL) })
     }
 
@@ -304,6 +322,23 @@ mod tests {
         let (f, at) = run(vec![(0.9, hello()), (2.0, Input::Qmp(VmEvent::Panicked)), (2.2, exited(false))]);
         assert_eq!(at, Some(2.2));
         assert!(matches!(f.verdict, Verdict::Panic { .. }), "{:?}", f.verdict);
+    }
+
+    #[test]
+    fn gdb_and_trace_settings_move_the_deadlines() {
+        let t0 = Instant::now();
+        let at = |s: f64| t0 + Duration::from_secs_f64(s);
+        // --gdb: a guest held in gdb for an hour is not hung.
+        let mut m = Monitor::new(&plan(), Duration::from_secs(60), t0).without_timeouts();
+        assert!(!m.step(at(3600.0), Input::Tick));
+        assert!(!m.step(at(3601.0), hello()) && !m.step(at(7200.0), Input::Tick));
+        // --trace: 15 s after a step are not enough to send its trace; the idle grace is longer.
+        let mut m = Monitor::new(&plan(), Duration::from_secs(60), t0).idle_grace(Duration::from_secs(300));
+        for (s, i) in [(0.9, hello()), (1.0, start("a")), (2.0, end("a")), (200.0, Input::Tick)] {
+            assert!(!m.step(at(s), i), "decided at {s}");
+        }
+        assert!(m.step(at(302.1), Input::Tick));
+        assert_eq!(m.verdict().map(|v| matches!(v, Verdict::Timeout { .. })), Some(true));
     }
 
     #[test]

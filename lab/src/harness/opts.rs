@@ -27,6 +27,14 @@ pub struct RunOpts {
     pub append: Vec<String>,
     /// Short label for the run directory.
     pub name: String,
+    /// `--kconfig` / `--kconfig-add` over the flavor.
+    pub kconfig: crate::kbuild::kernel::Extras,
+    /// Start halted with QEMU's gdbstub (and `nokaslr`); no timeouts while gdb holds the guest.
+    pub gdb: bool,
+    /// Write an ELF memory dump here when the plan ends or the guest panics.
+    pub dump: Option<PathBuf>,
+    /// Trace events around every step (`--trace`), saved under `<run>/trace/`.
+    pub trace: Option<labproto::TraceSpec>,
     /// Runs of the plan's step list in one boot (`--repeat`; 0 and 1: once).
     pub repeat: u32,
     /// Stop repeating at the first run with a failure (`--until-fail`).
@@ -56,6 +64,10 @@ impl Default for RunOpts {
             pin: false,
             append: vec![],
             name: String::new(),
+            kconfig: Default::default(),
+            gdb: false,
+            dump: None,
+            trace: None,
             repeat: 0,
             until_fail: false,
             collect: vec![],

@@ -30,7 +30,7 @@ pub fn prepare(opts: &RunOpts, plan: Plan, dir: &Path) -> Result<Prepared> {
     // one is busy; the manifest records its Image's hash as the key.
     let kernel = match std::env::var_os("LAB_KERNEL") {
         Some(dir) => kernel::Built::external(&opts.flavor, Path::new(&dir))?,
-        None => kernel::build(&opts.flavor)?,
+        None => kernel::build_with(&opts.flavor, &opts.kconfig)?,
     };
     let base = std::fs::read(dtb::qemu_dtb(&cache, &board)?)?;
     let dtb = dir.join("board.dtb");
@@ -39,6 +39,11 @@ pub fn prepare(opts: &RunOpts, plan: Plan, dir: &Path) -> Result<Prepared> {
     let bins = rootfs::build_guest(&rootfs::GuestBuildOpts { quiet: true, ..Default::default() })?;
     let mut spec = rootfs::InitramfsSpec::new(&bins, serde_json::to_string_pretty(&plan)?);
     spec.busybox = Some(downloads::busybox(&cache)?);
+    if crate::harness::selftest::wanted(&plan) {
+        let tree =
+            crate::kbuild::tree::tree_dir(&cache, &crate::kbuild::pin::Lock::load(&crate::kbuild::pin::Lock::path())?);
+        spec.programs.push((crate::harness::selftest::PROGRAM.into(), crate::harness::selftest::build(&cache, &tree)?));
+    }
     spec.overlay = opts.overlay.clone();
     let initrd = dir.join("initramfs.cpio");
     rootfs::write_initramfs(&spec, &initrd)?;
@@ -62,8 +67,15 @@ pub fn new_run_dir(name: &str) -> Result<PathBuf> {
     unreachable!()
 }
 
+/// `--gdb`: the gdbstub's socket in the run directory.
+pub const GDB_SOCKET: &str = "gdb.sock";
+
 pub fn vm_spec(p: &Prepared, opts: &RunOpts, dir: &Path, console: Console) -> VmSpec {
     let mut append = vec!["console=ttyAMA0".to_string(), "loglevel=5".into(), "rdinit=/init".into()];
+    if opts.gdb {
+        // Symbols at their link addresses, as in vmlinux.
+        append.push("nokaslr".into());
+    }
     append.extend(opts.append.iter().cloned());
     VmSpec {
         machine: p.board.qemu_machine().to_string(),
@@ -80,5 +92,8 @@ pub fn vm_spec(p: &Prepared, opts: &RunOpts, dir: &Path, console: Console) -> Vm
         results: (console == Console::Pipe).then(|| dir.join("results.jsonl")),
         qmp: Some(dir.join("qmp.sock")),
         pvpanic: true,
+        gdb: opts.gdb.then(|| dir.join(GDB_SOCKET)),
+        dump: opts.dump.is_some(),
+        trace: opts.trace.as_ref().map(|_| dir.join(crate::harness::trace::TRACE_STREAM)),
     }
 }

@@ -6,7 +6,9 @@ use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub const QEMU: &str = "qemu-system-aarch64";
@@ -52,6 +54,13 @@ pub struct VmSpec {
     /// QMP unix socket.
     pub qmp: Option<PathBuf>,
     pub pvpanic: bool,
+    /// gdbstub on this unix socket; the vCPUs stay halted until gdb continues them.
+    pub gdb: Option<PathBuf>,
+    /// Prepared for `dump-guest-memory`: the guest hands over its VMCOREINFO, and a power-off
+    /// pauses QEMU (so the harness can still dump) instead of ending it.
+    pub dump: bool,
+    /// File that receives the guest's trace port (`--trace`).
+    pub trace: Option<PathBuf>,
 }
 
 impl VmSpec {
@@ -111,16 +120,29 @@ impl VmSpec {
         self.results.is_some() && self.tcg != Tcg::Icount
     }
 
-    fn result_port_args(&self) -> Vec<String> {
-        let Some(path) = self.results.as_ref().filter(|_| self.has_result_port()) else { return vec![] };
-        vec![
-            "-device".into(),
-            "virtio-serial-device".into(),
-            "-chardev".into(),
-            format!("file,id=labres,path={}", path.display()),
-            "-device".into(),
-            format!("virtserialport,chardev=labres,name={}", labproto::RESULT_PORT),
-        ]
+    /// The virtio-serial ports: results (not under icount, above) and `--trace`'s trace port
+    /// (under icount too: a traced run is for looking, not for bit-identical repeats).
+    fn serial_port_args(&self) -> Vec<String> {
+        let mut ports = vec![];
+        if let Some(p) = self.results.as_ref().filter(|_| self.has_result_port()) {
+            ports.push(("labres", p, labproto::RESULT_PORT));
+        }
+        if let Some(p) = &self.trace {
+            ports.push(("labtrace", p, labproto::TRACE_PORT));
+        }
+        if ports.is_empty() {
+            return vec![];
+        }
+        let mut v = vec!["-device".to_string(), "virtio-serial-device".into()];
+        for (id, path, name) in ports {
+            v.extend([
+                "-chardev".into(),
+                format!("file,id={id},path={}", path.display()),
+                "-device".into(),
+                format!("virtserialport,chardev={id},name={name}"),
+            ]);
+        }
+        v
     }
 
     fn qmp_args(&self) -> Vec<String> {
@@ -134,6 +156,17 @@ impl VmSpec {
         }
         // Pause on GUEST_PANICKED so the harness reads the event and the console first.
         vec!["-device".into(), "pvpanic-pci".into(), "-action".into(), "panic=pause".into()]
+    }
+
+    fn debug_args(&self) -> Vec<String> {
+        let mut v = vec![];
+        if let Some(sock) = &self.gdb {
+            v.extend(["-gdb".into(), format!("unix:{},server=on,wait=off", sock.display()), "-S".into()]);
+        }
+        if self.dump {
+            v.extend(["-device", "vmcoreinfo", "-action", "shutdown=pause"].map(String::from));
+        }
+        v
     }
 
     fn misc_args(&self) -> Vec<String> {
@@ -159,9 +192,10 @@ impl VmSpec {
             self.accel_args(),
             self.boot_args(),
             self.console_args(),
-            self.result_port_args(),
+            self.serial_port_args(),
             self.qmp_args(),
             self.panic_args(),
+            self.debug_args(),
             self.misc_args(),
         ] {
             v.extend(part);
@@ -208,6 +242,9 @@ pub struct Vm {
     watch: Option<QmpWatch>,
 }
 
+/// Longest a `--dump` may take before the harness gives up on it.
+const DUMP_TIMEOUT: Duration = Duration::from_secs(300);
+
 type Qmp = qapi::Qmp<qapi::Stream<BufReader<std::os::unix::net::UnixStream>, std::os::unix::net::UnixStream>>;
 
 /// What QMP told us.
@@ -223,6 +260,8 @@ pub enum VmEvent {
 struct QmpWatch {
     quit: mpsc::Sender<()>,
     thread: std::thread::JoinHandle<()>,
+    /// A `--dump` is being written: stopping QEMU waits for it.
+    dumping: Arc<AtomicBool>,
 }
 
 impl Vm {
@@ -314,8 +353,15 @@ impl Vm {
     /// Moves the QMP connection to a thread that polls it every 100 ms and hands each event
     /// to `on_event` (ending with [`VmEvent::Lost`] if QMP stops answering). [`Vm::stop`]
     /// still asks QEMU to quit through it.
-    pub fn watch_qmp(&mut self, mut on_event: impl FnMut(VmEvent) + Send + 'static) {
+    ///
+    /// With `dump`, a panic or a power-off (QEMU paused by `-action panic=pause` and
+    /// `shutdown=pause`) first writes the guest's memory there, over this same connection;
+    /// after a power-off QEMU is then told to quit.
+    pub fn watch_qmp(&mut self, dump: Option<PathBuf>, mut on_event: impl FnMut(VmEvent) + Send + 'static) {
         let Some(mut q) = self.qmp.take() else { return };
+        let mut dumped = false;
+        let dumping = Arc::new(AtomicBool::new(false));
+        let dumping_w = dumping.clone();
         let (quit, quit_rx) = mpsc::channel::<()>();
         let thread = std::thread::spawn(move || loop {
             match quit_rx.recv_timeout(Duration::from_millis(100)) {
@@ -329,15 +375,35 @@ impl Vm {
                 on_event(VmEvent::Lost);
                 return;
             }
-            for e in q.events() {
-                match e {
-                    qapi::qmp::Event::GUEST_PANICKED { .. } => on_event(VmEvent::Panicked),
-                    qapi::qmp::Event::SHUTDOWN { .. } => on_event(VmEvent::Shutdown),
-                    _ => {}
+            let events: Vec<VmEvent> = q
+                .events()
+                .filter_map(|e| match e {
+                    qapi::qmp::Event::GUEST_PANICKED { .. } => Some(VmEvent::Panicked),
+                    qapi::qmp::Event::SHUTDOWN { .. } => Some(VmEvent::Shutdown),
+                    _ => None,
+                })
+                .collect();
+            for e in events {
+                if let Some(path) = dump.as_ref().filter(|_| !dumped) {
+                    dumped = true;
+                    dumping_w.store(true, Ordering::SeqCst);
+                    let res = dump_guest_memory(&mut q, path, DUMP_TIMEOUT);
+                    dumping_w.store(false, Ordering::SeqCst);
+                    match res {
+                        Ok(()) => crate::support::progress::note(format!("guest memory dump: {}", path.display())),
+                        Err(e) => crate::support::progress::note(format!(
+                            "guest memory dump {} failed: {e:#}",
+                            path.display()
+                        )),
+                    }
+                    if e == VmEvent::Shutdown {
+                        let _ = q.write_command(&qapi::qmp::quit {});
+                    }
                 }
+                on_event(e);
             }
         });
-        self.watch = Some(QmpWatch { quit, thread });
+        self.watch = Some(QmpWatch { quit, thread, dumping });
     }
 
     /// Exit status, if QEMU has exited.
@@ -363,6 +429,11 @@ impl Vm {
     /// Asks QEMU to quit over QMP, then kills it if it hasn't within a second.
     pub fn stop(&mut self) {
         if let Some(w) = self.watch.take() {
+            // A memory dump in progress (--dump after a panic) finishes first.
+            let t0 = Instant::now();
+            while w.dumping.load(Ordering::SeqCst) && t0.elapsed() < DUMP_TIMEOUT {
+                std::thread::sleep(Duration::from_millis(20));
+            }
             // Not joined: a hung QMP must not hold up the kill below.
             let _ = w.quit.send(());
             drop(w.thread);
@@ -400,6 +471,31 @@ impl Drop for Vm {
     }
 }
 
+/// Writes guest memory as an ELF core (with the guest's VMCOREINFO note, for crash and drgn),
+/// detached, and polls until it is done, so a large guest does not trip the QMP read timeout.
+fn dump_guest_memory(q: &mut Qmp, path: &std::path::Path, timeout: Duration) -> Result<()> {
+    let abs = std::path::absolute(path)?;
+    q.execute(&qapi::qmp::dump_guest_memory {
+        paging: false,
+        protocol: format!("file:{}", abs.display()),
+        detach: Some(true),
+        begin: None,
+        length: None,
+        format: Some(qapi::qmp::DumpGuestMemoryFormat::elf),
+    })
+    .context("dump-guest-memory")?;
+    let deadline = Instant::now() + timeout;
+    loop {
+        let st = q.execute(&qapi::qmp::query_dump {}).context("query-dump")?;
+        match st.status {
+            qapi::qmp::DumpStatus::completed => return Ok(()),
+            qapi::qmp::DumpStatus::failed => bail!("QEMU failed to write the memory dump {}", abs.display()),
+            _ if Instant::now() > deadline => bail!("memory dump not done after {timeout:?}"),
+            _ => std::thread::sleep(Duration::from_millis(50)),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -420,6 +516,9 @@ mod tests {
             results: Some("/r/results.jsonl".into()),
             qmp: Some("/r/qmp.sock".into()),
             pvpanic: true,
+            gdb: None,
+            dump: false,
+            trace: None,
         }
     }
 
@@ -474,6 +573,34 @@ mod tests {
         let a = s.argv();
         assert!(!a.iter().any(|x| x.contains("labres") || x == "-qmp" || x == "pvpanic-pci"));
         assert!(has_pair(&a, "-serial", "mon:stdio"));
+    }
+
+    #[test]
+    fn debugging_parts() {
+        let mut s = spec();
+        let a = s.argv();
+        assert!(!a.iter().any(|x| x == "-gdb" || x == "-S" || x == "vmcoreinfo"));
+        s.gdb = Some("/r/gdb.sock".into());
+        s.dump = true;
+        let a = s.argv();
+        assert!(has_pair(&a, "-gdb", "unix:/r/gdb.sock,server=on,wait=off"));
+        assert!(a.contains(&"-S".to_string()));
+        assert!(has_pair(&a, "-device", "vmcoreinfo"));
+        assert!(has_pair(&a, "-action", "shutdown=pause"));
+    }
+
+    #[test]
+    fn trace_port_also_under_icount() {
+        let mut s = spec();
+        s.tcg = Tcg::Icount;
+        s.trace = Some("/r/trace.cpio".into());
+        let a = s.argv();
+        assert!(has_pair(&a, "-device", "virtio-serial-device"));
+        assert!(has_pair(&a, "-chardev", "file,id=labtrace,path=/r/trace.cpio"));
+        assert!(has_pair(&a, "-device", "virtserialport,chardev=labtrace,name=lab.trace"));
+        assert!(!a.iter().any(|x| x.contains("labres")));
+        s.tcg = Tcg::Single;
+        assert_eq!(s.argv().iter().filter(|x| *x == "virtio-serial-device").count(), 1);
     }
 
     #[test]

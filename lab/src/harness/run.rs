@@ -25,6 +25,9 @@ use std::time::{Duration, Instant};
 const TICK: Duration = Duration::from_millis(10);
 /// After the stop, how long the readers may take to deliver their last lines.
 const DRAIN: Duration = Duration::from_secs(2);
+/// With `--trace` the init reads and sends each step's trace after the step (the ftrace text
+/// of full ring buffers takes a while under emulation).
+const TRACE_GRACE: Duration = Duration::from_secs(300);
 
 /// Without a result port, the run directory still gets `results.jsonl`: the events the
 /// harness collected from the console.
@@ -79,7 +82,7 @@ impl LineTail {
 /// The reader threads: console lines, result lines from the results file (with a result
 /// port), QMP events, and a ticker that also reports Ctrl-C. They end when `stop` is set
 /// (the results reader after a last read) or their source closes.
-fn start_readers(vm: &mut Vm, spec: &VmSpec, stop: &Arc<AtomicBool>) -> Receiver<Input> {
+fn start_readers(vm: &mut Vm, spec: &VmSpec, stop: &Arc<AtomicBool>, dump: Option<PathBuf>) -> Receiver<Input> {
     let (tx, rx) = mpsc::channel();
     if let Some(console) = vm.console.take() {
         let tx = tx.clone();
@@ -90,7 +93,7 @@ fn start_readers(vm: &mut Vm, spec: &VmSpec, stop: &Arc<AtomicBool>) -> Receiver
         std::thread::spawn(move || results_reader(&path, &tx, &stop));
     }
     let qmp_tx = tx.clone();
-    vm.watch_qmp(move |e| {
+    vm.watch_qmp(dump, move |e| {
         let _ = qmp_tx.send(Input::Qmp(e));
     });
     let (interrupted, stop) = (interrupted_flag(), stop.clone());
@@ -195,7 +198,11 @@ pub fn run(opts: &RunOpts) -> Result<Outcome> {
 /// read. Never leaves QEMU running.
 pub fn run_plan(plan: &Plan, opts: &RunOpts) -> Result<Outcome> {
     opts.check()?;
-    let plan = &crate::harness::adhoc::apply_opts(plan, opts);
+    let mut plan = crate::harness::adhoc::apply_opts(plan, opts);
+    if opts.trace.is_some() {
+        plan.trace = opts.trace.clone();
+    }
+    let plan = &plan;
     let name = if opts.name.is_empty() { format!("{}-{}", opts.board, plan.name) } else { opts.name.clone() };
     let dir = new_run_dir(&paths::path_safe(&name))?;
     let prepared = prepare(opts, plan.clone(), &dir)?;
@@ -206,13 +213,20 @@ pub fn run_plan(plan: &Plan, opts: &RunOpts) -> Result<Outcome> {
     let mut vm = Vm::spawn(&spec)?;
     let log = std::io::BufWriter::new(std::fs::File::create(dir.join("console.log"))?);
     let qmp_ok = vm.connect_qmp(Duration::from_secs(10));
+    crate::harness::gdb::announce(&dir, &prepared.kernel, &spec, vm.pid)?;
     let vcpus = if qmp_ok.is_ok() { vm.vcpu_threads().unwrap_or_default() } else { vec![] };
     if opts.pin {
         pin_vcpus(&vcpus);
     }
     let stop = Arc::new(AtomicBool::new(false));
-    let rx = start_readers(&mut vm, &spec, &stop);
+    let rx = start_readers(&mut vm, &spec, &stop, opts.dump.clone());
     let mut monitor = Monitor::new(&prepared.plan, opts.boot_timeout, t0);
+    if opts.trace.is_some() {
+        monitor = monitor.idle_grace(TRACE_GRACE);
+    }
+    if opts.gdb {
+        monitor = monitor.without_timeouts();
+    }
     let stream = opts.stream.then_some(&prepared.plan);
     let mut out = Outputs { log, echo: opts.echo, stream, collector: Collector::new(&dir) };
     let followed = follow(&mut vm, &rx, &mut monitor, &mut out);
@@ -226,6 +240,12 @@ pub fn run_plan(plan: &Plan, opts: &RunOpts) -> Result<Outcome> {
     let mut outcome = outcome(dir, &prepared, run, t0);
     outcome.collect_errors = out.collector.errors;
     write_manifest(&outcome.dir, &prepared, &spec, &outcome, &vcpus, opts)?;
+    if opts.trace.is_some() {
+        match crate::harness::trace::collect(&outcome.dir) {
+            Ok(notes) => notes.into_iter().for_each(progress::note),
+            Err(e) => progress::note(format!("--trace: {e:#}")),
+        }
+    }
     Ok(outcome)
 }
 
@@ -233,6 +253,7 @@ pub fn run_plan(plan: &Plan, opts: &RunOpts) -> Result<Outcome> {
 fn outcome(dir: PathBuf, prepared: &Prepared, run: Finished, t0: Instant) -> Outcome {
     let mut events = run.events;
     events.extend(ktap::from_console(&run.lines));
+    events.extend(crate::harness::selftest::from_console(&run.lines));
     let topology_mismatches = check_topology(&prepared.board, &events);
     Outcome {
         dir,
@@ -271,6 +292,7 @@ pub fn shell(opts: &RunOpts) -> Result<()> {
     let spec = vm_spec(&prepared, opts, &dir, Console::Terminal);
     progress::note(format!("booting {} (Ctrl-A X quits QEMU; `poweroff -f` ends the guest)", prepared.board.name()));
     let mut vm = Vm::spawn(&spec)?;
+    crate::harness::gdb::announce(&dir, &prepared.kernel, &spec, vm.pid)?;
     let st = vm.wait()?;
     if !st.success() {
         bail!("QEMU exited with {st}");

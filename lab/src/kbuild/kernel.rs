@@ -34,6 +34,55 @@ pub fn flavors() -> Vec<String> {
     flavor::names()
 }
 
+/// Symbols asked for on the command line (`--kconfig FILE`, `--kconfig-add CONFIG_X=y`), merged
+/// over the flavor in that order. A kernel with extras is its own variant: its own O=
+/// directory and published artifact, so it never rebuilds or replaces the plain flavor's.
+#[derive(Clone, Debug, Default)]
+pub struct Extras {
+    pub files: Vec<PathBuf>,
+    pub adds: Vec<String>,
+}
+
+impl Extras {
+    pub fn is_empty(&self) -> bool {
+        self.files.is_empty() && self.adds.is_empty()
+    }
+
+    /// The extras as one fragment, each symbol's origin naming the option that set it.
+    pub fn fragment(&self) -> Result<Fragment> {
+        let mut parts = vec![];
+        for f in &self.files {
+            let text = std::fs::read_to_string(f)
+                .with_context(|| format!("--kconfig {}: cannot read the fragment file", f.display()))?;
+            parts.push(Fragment::parse(&text, &format!("--kconfig {}", f.display()))?);
+        }
+        for a in &self.adds {
+            let ok = a.starts_with("CONFIG_") && a.split_once('=').is_some_and(|(_, v)| !v.is_empty());
+            if !ok {
+                bail!("--kconfig-add {a:?}: expected CONFIG_NAME=value, e.g. --kconfig-add CONFIG_DEBUG_INFO_DWARF5=y");
+            }
+            parts.push(Fragment::parse(a, &format!("--kconfig-add {a}"))?);
+        }
+        Ok(Fragment::merge(&parts))
+    }
+
+    /// The flavor's fragment with the extras merged over it, and the kernel's label. Extras
+    /// that change no symbol (CONFIG_USER_NS=y is in base.config) are the flavor itself.
+    pub fn over(&self, base: &Fragment, flavor: &str) -> Result<(Fragment, String)> {
+        let merged = Fragment::merge(&[base.clone(), self.fragment()?]);
+        let label = if merged.values == base.values { flavor.to_string() } else { self.label(flavor)? };
+        Ok((merged, label))
+    }
+
+    /// `perf` without extras, `perf+<hash of the extras>` with them.
+    pub fn label(&self, flavor: &str) -> Result<String> {
+        if self.is_empty() {
+            return Ok(flavor.to_string());
+        }
+        Ok(format!("{flavor}+{}", &sha256_hex(self.fragment()?.render().as_bytes())[..8]))
+    }
+}
+
 /// The merged fragment for a flavor.
 pub fn fragment(name: &str) -> Result<Fragment> {
     Ok(flavor::load(name)?.config)
@@ -42,6 +91,7 @@ pub fn fragment(name: &str) -> Result<Fragment> {
 /// A published build.
 #[derive(Clone, Debug)]
 pub struct Built {
+    /// The flavor, with `+<hash>` when built with extras ([`Extras::label`]).
     pub flavor: String,
     pub key: String,
     pub dir: PathBuf,
@@ -70,6 +120,13 @@ impl Built {
     pub fn config(&self) -> PathBuf {
         self.dir.join(".config")
     }
+    pub fn vmlinux(&self) -> PathBuf {
+        self.dir.join("vmlinux")
+    }
+    /// The kernel's gdb helpers, if the build had CONFIG_GDB_SCRIPTS.
+    pub fn gdb_script(&self) -> Option<PathBuf> {
+        Some(self.dir.join(GDB_DIR).join("vmlinux-gdb.py")).filter(|p| p.is_file())
+    }
     pub fn kernel_release(&self) -> String {
         std::fs::read_to_string(self.dir.join("kernel.release")).unwrap_or_default().trim().to_string()
     }
@@ -93,10 +150,16 @@ fn artifacts_dir(cache: &Path, flavor: &str, key: &str) -> PathBuf {
 
 /// Builds (or finds) the kernel for `flavor`.
 pub fn build(name: &str) -> Result<Built> {
+    build_with(name, &Extras::default())
+}
+
+/// Builds (or finds) the kernel for `name` plus command-line extras.
+pub fn build_with(name: &str, extras: &Extras) -> Result<Built> {
     let cache = paths::cache();
     let fl = flavor::load(name)?;
-    let flavor = fl.name.as_str();
-    let merged = fl.config.clone();
+    let (merged, label) = extras.over(&fl.config, &fl.name)?;
+    let flavor_name = fl.name.as_str();
+    let flavor = label.as_str();
     let lock = Lock::load(&Lock::path())?;
     let series = fl.stack()?;
     let tc = setup::toolchain(&cache)?;
@@ -129,7 +192,10 @@ pub fn build(name: &str) -> Result<Built> {
 
     configure(&tc, &src, &obj, &merged)?;
     let t0 = Instant::now();
-    make_with_progress(&tc, &src, &obj, flavor)?;
+    // The gdb helpers (vmlinux-gdb.py and the generated constants) when the config asks for them.
+    let gdb = merged.values.get("CONFIG_GDB_SCRIPTS").is_some_and(|v| v == "y");
+    let targets: &[&str] = if gdb { &["Image", "vmlinux", "scripts_gdb"] } else { &["Image", "vmlinux"] };
+    make_with_progress(&tc, &src, &obj, flavor, targets)?;
     // The key names the tree state before the build: publish only if it still holds (someone
     // may have edited the tree meanwhile; other lab processes wait for the tree lock).
     if tree::state_hash(&src)? != state {
@@ -139,7 +205,8 @@ pub fn build(name: &str) -> Result<Built> {
             src.display()
         );
     }
-    publish(&obj, &out, &tc, &src)?;
+    let extra_text = (label != flavor_name).then(|| extras.fragment()).transpose()?.map(|f| f.render());
+    publish(&obj, &out, &tc, &src, extra_text.as_deref())?;
     prune(&cache, flavor, &key);
     crate::support::progress::note(format!("kernel {flavor} built in {:.0?}: {}", t0.elapsed(), out.display()));
     Ok(built)
@@ -260,7 +327,7 @@ pub fn configure(tc: &Toolchain, src: &Path, obj: &Path, merged: &Fragment) -> R
     let bad = merged.check(&dot);
     if !bad.is_empty() {
         bail!(
-            "kconfig dropped or changed {} symbol(s) asked for by the fragments (usually an unmet dependency):\n  {}\nFix the fragment in kernel-config/ (see `make menuconfig` help for the symbol's depends on).",
+            "kconfig dropped or changed {} symbol(s) asked for by the fragments (usually an unmet dependency):\n  {}\nFix the fragment (kernel-config/, --kconfig FILE or --kconfig-add): also ask for what the symbol depends on (its `depends on` in the Kconfig file; `make menuconfig` shows it).",
             bad.len(),
             bad.join("\n  ")
         );
@@ -268,14 +335,14 @@ pub fn configure(tc: &Toolchain, src: &Path, obj: &Path, merged: &Fragment) -> R
     write_atomic(&stamp, want.as_bytes())
 }
 
-fn make_with_progress(tc: &Toolchain, src: &Path, obj: &Path, flavor: &str) -> Result<()> {
+fn make_with_progress(tc: &Toolchain, src: &Path, obj: &Path, flavor: &str, targets: &[&str]) -> Result<()> {
     let jobs = std::thread::available_parallelism().map(|n| n.get() + 1).unwrap_or(2);
     let pb = ProgressBar::new_spinner();
     pb.set_style(ProgressStyle::with_template("{spinner} kernel {prefix} [{elapsed}] {pos} objects  {msg}").unwrap());
     pb.set_prefix(flavor.to_string());
     pb.enable_steady_tick(Duration::from_millis(200));
     let log = obj.join("build.log");
-    let res = run_logged(tc.make(src, obj).arg(format!("-j{jobs}")).args(["Image", "vmlinux"]), &log, |line| {
+    let res = run_logged(tc.make(src, obj).arg(format!("-j{jobs}")).args(targets), &log, |line| {
         // kbuild's quiet lines: "  CC      mm/mmap.o", "  RUSTC L rust/core.o", "  LD      vmlinux".
         let t = line.trim_start();
         if let Some((stage, rest)) = t.split_once(char::is_whitespace) {
@@ -289,8 +356,9 @@ fn make_with_progress(tc: &Toolchain, src: &Path, obj: &Path, flavor: &str) -> R
     res
 }
 
-/// Copies the outputs into a temporary directory and renames it into place.
-fn publish(obj: &Path, out: &Path, tc: &Toolchain, src: &Path) -> Result<()> {
+/// Copies the outputs into a temporary directory and renames it into place. A variant's
+/// extras are kept beside them as `lab-extras.config`, the gdb helpers in `gdb/`.
+fn publish(obj: &Path, out: &Path, tc: &Toolchain, src: &Path, extras: Option<&str>) -> Result<()> {
     publish_dir(out, |tmp| {
         for f in ARTIFACTS {
             let from = if f == "Image" { obj.join("arch/arm64/boot/Image") } else { obj.join(f) };
@@ -298,11 +366,43 @@ fn publish(obj: &Path, out: &Path, tc: &Toolchain, src: &Path) -> Result<()> {
         }
         let release = tc.make(src, obj).arg("-s").arg("kernelrelease").output()?;
         std::fs::write(tmp.join("kernel.release"), &release.stdout)?;
+        if let Some(text) = extras {
+            std::fs::write(tmp.join("lab-extras.config"), text)?;
+        }
+        if obj.join("vmlinux-gdb.py").exists() {
+            copy_gdb_scripts(obj, &tmp.join(GDB_DIR))?;
+        }
         for f in std::fs::read_dir(tmp)?.flatten() {
-            std::fs::File::open(f.path())?.sync_all()?;
+            if f.path().is_file() {
+                std::fs::File::open(f.path())?.sync_all()?;
+            }
         }
         Ok(())
     })
+}
+
+/// Where a published build keeps the kernel's gdb helpers ([`Built::gdb_script`]).
+pub const GDB_DIR: &str = "gdb";
+
+/// `vmlinux-gdb.py` and `scripts/gdb/` of the O= directory, symlinks resolved: the scripts
+/// include constants generated from this build's .config, so they belong to the artifact.
+fn copy_gdb_scripts(obj: &Path, to: &Path) -> Result<()> {
+    std::fs::create_dir_all(to)?;
+    std::fs::copy(obj.join("vmlinux-gdb.py"), to.join("vmlinux-gdb.py")).context("copying vmlinux-gdb.py")?;
+    let mut stack = vec![PathBuf::from("scripts/gdb")];
+    while let Some(rel) = stack.pop() {
+        std::fs::create_dir_all(to.join(&rel))?;
+        for e in std::fs::read_dir(obj.join(&rel))?.flatten() {
+            let r = rel.join(e.file_name());
+            let meta = std::fs::metadata(e.path())?;
+            if meta.is_dir() {
+                stack.push(r);
+            } else if r.extension().is_some_and(|x| x == "py") {
+                std::fs::copy(e.path(), to.join(&r)).with_context(|| format!("copying {}", r.display()))?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Keeps the newest few published builds of a flavor.
@@ -362,6 +462,64 @@ mod tests {
         let mut l = lock();
         l.kernel.version = "7.2.2-1".into();
         assert_ne!(k, cache_key(&l, &f, "tree1", "rustc 1.95"));
+    }
+
+    #[test]
+    fn extras_make_a_distinct_variant() {
+        let none = Extras::default();
+        assert_eq!(none.label("perf").unwrap(), "perf");
+        let d = tempfile::tempdir().unwrap();
+        let file = d.path().join("dwarf.config");
+        std::fs::write(&file, "CONFIG_DEBUG_KERNEL=y\nCONFIG_DEBUG_INFO_DWARF5=n\n").unwrap();
+        let x = Extras { files: vec![file], adds: vec!["CONFIG_DEBUG_INFO_DWARF5=y".into()] };
+        let f = x.fragment().unwrap();
+        // --kconfig-add wins over --kconfig, and each symbol names the option that set it.
+        assert_eq!(f.values["CONFIG_DEBUG_INFO_DWARF5"], "y");
+        assert_eq!(f.origin["CONFIG_DEBUG_INFO_DWARF5"], "--kconfig-add CONFIG_DEBUG_INFO_DWARF5=y");
+        assert!(f.origin["CONFIG_DEBUG_KERNEL"].starts_with("--kconfig "));
+        let label = x.label("perf").unwrap();
+        assert!(label.starts_with("perf+") && label.len() == 13, "{label}");
+        let other = Extras { adds: vec!["CONFIG_USER_NS=y".into()], ..Default::default() };
+        assert_ne!(label, other.label("perf").unwrap());
+        // The check after olddefconfig names the option that asked for a dropped symbol.
+        let bad = f.check("CONFIG_DEBUG_KERNEL=y\n");
+        assert!(bad[0].contains("--kconfig-add CONFIG_DEBUG_INFO_DWARF5=y asks for y"), "{bad:?}");
+        for wrong in ["DEBUG_INFO=y", "CONFIG_X", "CONFIG_X="] {
+            let e = Extras { adds: vec![wrong.into()], ..Default::default() }.fragment().unwrap_err().to_string();
+            assert!(e.contains("expected CONFIG_NAME=value"), "{e}");
+        }
+        let perf = fragment("perf").unwrap();
+        let same = Extras { adds: vec!["CONFIG_USER_NS=y".into()], ..Default::default() };
+        assert_eq!(same.over(&perf, "perf").unwrap().1, "perf", "a no-op extra is the plain flavor");
+        let (merged, l) = x.over(&perf, "perf").unwrap();
+        assert_eq!((l.as_str(), merged.values["CONFIG_DEBUG_INFO_DWARF5"].as_str()), (label.as_str(), "y"));
+        let e = Extras { files: vec!["/no/such.config".into()], ..Default::default() }.fragment().unwrap_err();
+        assert!(format!("{e:#}").contains("--kconfig /no/such.config"), "{e:#}");
+    }
+
+    #[test]
+    fn gdb_scripts_are_copied_with_symlinks_resolved() {
+        // An O= directory after `make scripts_gdb`: symlinks into the tree plus generated files.
+        let d = tempfile::tempdir().unwrap();
+        let (src, obj) = (d.path().join("src"), d.path().join("obj"));
+        std::fs::create_dir_all(src.join("scripts/gdb/linux")).unwrap();
+        std::fs::create_dir_all(obj.join("scripts/gdb/linux")).unwrap();
+        std::fs::write(src.join("scripts/gdb/vmlinux-gdb.py"), "import linux\n").unwrap();
+        std::fs::write(src.join("scripts/gdb/linux/utils.py"), "# utils\n").unwrap();
+        std::os::unix::fs::symlink(src.join("scripts/gdb/vmlinux-gdb.py"), obj.join("vmlinux-gdb.py")).unwrap();
+        std::os::unix::fs::symlink(src.join("scripts/gdb/linux/utils.py"), obj.join("scripts/gdb/linux/utils.py"))
+            .unwrap();
+        std::fs::write(obj.join("scripts/gdb/linux/constants.py"), "LX_CONFIG_X = 1\n").unwrap();
+        std::fs::write(obj.join("scripts/gdb/linux/.constants.py.cmd"), "x").unwrap();
+        let to = d.path().join("artifact").join(GDB_DIR);
+        copy_gdb_scripts(&obj, &to).unwrap();
+        assert_eq!(std::fs::read_to_string(to.join("vmlinux-gdb.py")).unwrap(), "import linux\n");
+        assert!(!to.join("vmlinux-gdb.py").is_symlink());
+        assert_eq!(std::fs::read_to_string(to.join("scripts/gdb/linux/utils.py")).unwrap(), "# utils\n");
+        assert!(to.join("scripts/gdb/linux/constants.py").is_file());
+        assert!(!to.join("scripts/gdb/linux/.constants.py.cmd").exists());
+        let b = Built { flavor: "perf+x".into(), key: "k".into(), dir: d.path().join("artifact") };
+        assert_eq!(b.gdb_script(), Some(to.join("vmlinux-gdb.py")));
     }
 
     #[test]

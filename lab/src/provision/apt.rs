@@ -80,7 +80,10 @@ pub fn host_install(pkgs: &[String], backports: Option<&str>, cache: &Path) -> R
     }
     let mut install: Vec<String> = extra.clone();
     install.extend(["install", "-y", "--no-install-recommends"].map(String::from));
-    if let Some(codename) = backports {
+    // Packages named `pkg/<codename>-backports` pick that one package from backports; a
+    // plain list takes all of them from there.
+    let per_package = pkgs.iter().any(|p| p.contains('/'));
+    if let Some(codename) = backports.filter(|_| !per_package) {
         install.extend(["-t".into(), format!("{codename}-backports")]);
     }
     install.extend(pkgs.iter().cloned());

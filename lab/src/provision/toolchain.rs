@@ -36,6 +36,8 @@ pub const HOST_PACKAGES: &[(&str, &str)] = &[
     ("python3-venv", "a private kcidb-io to validate the nightly's KCIDB JSON"),
     ("gcc-aarch64-linux-gnu", "linker for the static aarch64 guest binaries"),
     ("libc6-dev-arm64-cross", "static glibc for the guest binaries"),
+    ("gdb-multiarch", "cargo make gdb: debugging the aarch64 guest kernel"),
+    ("trace-cmd", "--trace: trace.dat from the guest's ring buffers"),
 ];
 
 /// Everything the kernel build needs from setup, with paths resolved.
@@ -153,6 +155,25 @@ fn ensure_host_packages(cache: &Path) -> Result<()> {
     let (still, _) = missing_packages();
     if !still.is_empty() {
         bail!("still missing after apt-get install: {}", still.join(" "));
+    }
+    Ok(())
+}
+
+/// Debian's lava-dispatcher, for `lava-run` of the lab's LAVA jobs (`lab setup --lava`; the
+/// builds do not need it). On bookworm its libguestfs pulls qemu-system-x86, which must come
+/// from backports like the lab's qemu-system-arm (they share qemu-system-common).
+pub fn ensure_lava(cache: &Path) -> Result<()> {
+    if crate::support::process::have_tool("lava-run") {
+        return Ok(());
+    }
+    let codename = apt::host_codename();
+    let mut pkgs = vec!["lava-dispatcher".to_string()];
+    if codename.as_deref() == Some("bookworm") {
+        pkgs.push("qemu-system-x86/bookworm-backports".into());
+    }
+    apt::host_install(&pkgs, codename.as_deref().filter(|c| *c == "bookworm"), cache)?;
+    if !crate::support::process::have_tool("lava-run") {
+        bail!("lava-run still missing after installing lava-dispatcher");
     }
     Ok(())
 }

@@ -5,6 +5,7 @@ pub mod cases;
 pub mod html;
 pub mod kcidb;
 pub mod ktap;
+pub mod lava;
 pub mod nightly;
 pub mod summary;
 

@@ -43,6 +43,9 @@ pub struct Plan {
     /// Drop to an interactive shell (`/bin/sh` on the console) after the steps.
     #[serde(default)]
     pub shell: bool,
+    /// Record these trace events around every step and send them on [`TRACE_PORT`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<TraceSpec>,
     /// Runs of the whole step list in this boot (0 and 1: once). When it is more than one,
     /// every run's steps are reported as `NAME@N` (see [`iteration_step`]).
     #[serde(default, skip_serializing_if = "is_default")]
@@ -72,6 +75,50 @@ pub fn plan_step(reported: &str) -> &str {
     match reported.rsplit_once('@') {
         Some((base, n)) if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => base,
         _ => reported,
+    }
+}
+
+/// Name of the virtio-serial port that carries traces: one newc cpio archive per step, holding
+/// `<step>/trace.txt` (the ftrace text), `<step>/cpuN.raw` (the ring buffer pages) and, with
+/// the first step, `meta/` (event formats, cmdlines, kallsyms) for trace-cmd.
+pub const TRACE_PORT: &str = "lab.trace";
+
+/// tracefs events to record around each step.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TraceSpec {
+    /// `system:event` or `system:*` as tracefs' set_event takes them. `binder:` means the
+    /// binder driver's events whichever driver runs: the C driver's `binder` system or the Rust
+    /// driver's `rust_binder`.
+    pub events: Vec<String>,
+    /// Ring buffer per CPU, KiB.
+    #[serde(default = "default_trace_buffer_kb")]
+    pub buffer_kb: u32,
+}
+
+fn default_trace_buffer_kb() -> u32 {
+    4096
+}
+
+impl TraceSpec {
+    /// From `--trace binder:*,sched:sched_switch`; names the bad entry and the fix.
+    pub fn parse(list: &str) -> Result<TraceSpec, String> {
+        let mut events = vec![];
+        for e in list.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+            let ok = e.split_once(':').is_some_and(|(sys, ev)| {
+                let name = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+                name(sys) && (ev == "*" || name(ev))
+            });
+            if !ok {
+                return Err(format!(
+                    "trace event {e:?}: expected system:event or system:*, e.g. binder:*,sched:sched_switch"
+                ));
+            }
+            events.push(e.to_string());
+        }
+        if events.is_empty() {
+            return Err("--trace needs at least one event, e.g. binder:*,sched:sched_switch".into());
+        }
+        Ok(TraceSpec { events, buffer_kb: default_trace_buffer_kb() })
     }
 }
 
@@ -238,6 +285,19 @@ pub fn splat_kind(msg: &str) -> Option<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn trace_lists() {
+        let t = TraceSpec::parse("binder:*, sched:sched_switch,").unwrap();
+        assert_eq!(t.events, ["binder:*", "sched:sched_switch"]);
+        for bad in ["sched", "sched:", ":x", "sched:sched switch", "a:b*", ""] {
+            let e = TraceSpec::parse(bad).unwrap_err();
+            assert!(e.contains("e.g. binder:*"), "{bad}: {e}");
+        }
+        // Plans without a trace stay as they were on the wire.
+        let p = Plan { name: "p".into(), ..Default::default() };
+        assert!(!serde_json::to_string(&p).unwrap().contains("trace"));
+    }
 
     #[test]
     fn result_round_trip_and_plain_lines() {

@@ -6,6 +6,7 @@ mod collect;
 mod sink;
 mod step;
 mod sys;
+mod trace;
 
 use labproto::{Event, Plan, CMDLINE_PLAN_KEY, PLAN_PATH};
 use sink::Sink;
@@ -46,6 +47,15 @@ const LATE_MOUNTS: &[MountSpec] = &[
         flags: libc::MS_NOSUID | libc::MS_NODEV,
         data: Some("mode=1777"),
         required: true,
+    },
+    // `--trace`; kernels without CONFIG_FTRACE have no tracefs.
+    MountSpec {
+        src: "tracefs",
+        target: "/sys/kernel/tracing",
+        fstype: "tracefs",
+        flags: 0,
+        data: None,
+        required: false,
     },
     // Only the topology step's scheduler-domain dump needs it; perf kernels may lack it.
     MountSpec { src: "debugfs", target: "/sys/kernel/debug", fstype: "debugfs", flags: 0, data: None, required: false },
@@ -146,22 +156,29 @@ fn run_shell() -> Result<(), String> {
 }
 
 /// The plan's steps, `repeat` times in this boot; returns the runs made.
-fn run_steps(plan: &Plan, sink: &mut Sink) -> u32 {
+fn run_steps(plan: &Plan, sink: &mut Sink, tracer: &mut Option<trace::Tracer>) -> Result<u32, String> {
     let runs = plan.repeat.max(1);
     for n in 1..=runs {
         let mut failed = false;
         for s in &plan.steps {
-            failed |= step::run(s, &labproto::iteration_step(&s.name, n, runs), sink);
+            let name = labproto::iteration_step(&s.name, n, runs);
+            if let Some(t) = tracer.as_mut() {
+                t.start()?;
+            }
+            failed |= step::run(s, &name, sink);
+            if let Some(t) = tracer.as_mut() {
+                t.finish(&name)?;
+            }
         }
         if runs > 1 {
             sys::log(&format!("run {n} of {runs}: {}", if failed { "failed" } else { "passed" }));
         }
         if failed && plan.until_fail {
             sys::log(&format!("until-fail: stopping after run {n} of {runs}"));
-            return n;
+            return Ok(n);
         }
     }
-    runs
+    Ok(runs)
 }
 
 fn run(sink: &mut Sink) -> Result<(), String> {
@@ -185,7 +202,15 @@ fn run(sink: &mut Sink) -> Result<(), String> {
     let path = plan_path(&cmdline);
     let plan = load_plan(&path)?;
     sys::log(&format!("plan '{}' from {path}: {} step(s)", plan.name, plan.steps.len()));
-    run_steps(&plan, sink);
+    let mut tracer = match &plan.trace {
+        Some(spec) => {
+            let port = sink::find_port(labproto::TRACE_PORT, std::time::Duration::from_secs(3))
+                .ok_or_else(|| format!("--trace: no virtio port named {}", labproto::TRACE_PORT))?;
+            Some(trace::Tracer::new(spec, &port)?)
+        }
+        None => None,
+    };
+    run_steps(&plan, sink, &mut tracer)?;
     sink.send(&Event::Done);
     if plan.shell {
         run_shell()?;
@@ -275,7 +300,7 @@ mod tests {
             std::fs::write(&counter, "").unwrap();
             let mut sink = Sink::console();
             sink.attach(&events).unwrap();
-            assert_eq!(run_steps(&plan(until_fail), &mut sink), runs);
+            assert_eq!(run_steps(&plan(until_fail), &mut sink, &mut None), Ok(runs));
             let starts = step_starts(&events);
             assert_eq!(starts.len(), 2 * runs as usize, "{starts:?}");
             assert_eq!(&starts[..4], ["a@1", "b@1", "a@2", "b@2"]);
@@ -285,7 +310,7 @@ mod tests {
         let mut sink = Sink::console();
         sink.attach(&events).unwrap();
         let once = Plan { name: "o".into(), steps: vec![sh("a", "true")], ..Default::default() };
-        assert_eq!(run_steps(&once, &mut sink), 1);
+        assert_eq!(run_steps(&once, &mut sink, &mut None), Ok(1));
         assert_eq!(step_starts(&events), ["a"]);
         std::fs::remove_dir_all(&d).ok();
     }

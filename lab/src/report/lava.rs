@@ -1,0 +1,229 @@
+//! `lab lava-job`: a LAVA job for the `qemu` device type that boots the lab's kernel, DTB and
+//! initramfs with the lab's QEMU argv, and turns the plan's result lines into LAVA test cases
+//! (one monitor per step: the step is the LAVA test definition, each result a case).
+//!
+//! Beside the job it writes the artifacts it names, a device dictionary for a LAVA server
+//! (`device-dict.jinja2`) and the device configuration that dictionary renders to
+//! (`device.yaml`), so `lava-run` runs the job locally, as the slower e2e test does.
+
+use crate::harness::opts::{load_plan, RunOpts};
+use crate::harness::prepare::{prepare, vm_spec, Prepared};
+use crate::harness::qemu::{shell_line, Console};
+use anyhow::{Context, Result};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+
+/// Options the qemu device type (or the deploy action) already gives QEMU, with their value.
+const FROM_DEVICE_TYPE: &[&str] =
+    &["-M", "-cpu", "-m", "-kernel", "-initrd", "-dtb", "-display", "-monitor", "-serial"];
+const FROM_DEVICE_TYPE_FLAGS: &[&str] = &["-nodefaults", "-no-user-config"];
+
+/// What was written.
+pub struct Written {
+    pub job: PathBuf,
+    pub device: PathBuf,
+}
+
+/// The lab's argv as the qemu device type's `extra_options`: without the machine, CPU and
+/// memory (job context), the images (deploy), the console (the device type's -nographic) and
+/// the host-side channels (QMP, result port: results go to the console as LABRESULT lines).
+pub fn extra_options(argv: &[String]) -> Vec<String> {
+    let mut out = vec![];
+    let mut i = 1;
+    while i < argv.len() {
+        let a = argv[i].as_str();
+        if FROM_DEVICE_TYPE.contains(&a) {
+            i += 2;
+            continue;
+        }
+        if FROM_DEVICE_TYPE_FLAGS.contains(&a) || (a == "-nic" && argv.get(i + 1).map(String::as_str) == Some("none")) {
+            i += if a == "-nic" { 2 } else { 1 };
+            continue;
+        }
+        let takes_value = argv.get(i + 1).is_some_and(|v| !v.starts_with('-'));
+        if takes_value {
+            // A panic must end QEMU: LAVA sees the console close instead of waiting out its timeout.
+            let v = if a == "-action" && argv[i + 1] == "panic=pause" {
+                "panic=exit-failure".into()
+            } else {
+                argv[i + 1].clone()
+            };
+            out.push(shell_line(&[a.to_string(), v]));
+            i += 2;
+        } else {
+            out.push(a.to_string());
+            i += 1;
+        }
+    }
+    out
+}
+
+/// One monitor per step, in plan order.
+fn monitors(plan: &labproto::Plan) -> Vec<Value> {
+    plan.steps
+        .iter()
+        .map(|s| {
+            let step = serde_json::to_string(&s.name).expect("strings serialize");
+            json!({
+                "name": s.name,
+                "start": format!(r#"{{"type":"step_start","step":{step}}}"#),
+                "end": format!(r#"{{"type":"step_end","step":{step}"#),
+                "pattern": r#"LABRESULT \{"type":"result","step":"[^"]*","case":"(?P<test_case_id>[^"]*)","status":"(?P<result>pass|fail|skip)""#,
+            })
+        })
+        .collect()
+}
+
+/// The job definition; `url` maps an artifact file name to its URL.
+pub fn job(p: &Prepared, argv: &[String], url: &dyn Fn(&str) -> String, flavor: &str) -> Value {
+    let timeout_s: u64 = p.plan.steps.iter().map(|s| s.timeout_s + 15).sum::<u64>() + 120;
+    let image = |file: &str, arg: &str| json!({"url": url(file), "image_arg": format!("-{arg} {{{arg}}}")});
+    json!({
+        "device_type": "qemu",
+        "job_name": format!("binder-lab {} on {} ({flavor})", p.plan.name, p.board.name()),
+        "priority": "medium",
+        "visibility": "public",
+        "timeouts": {"job": {"seconds": timeout_s + 300}, "action": {"seconds": timeout_s}},
+        "context": {
+            "arch": "arm64",
+            "machine": p.board.qemu_machine(),
+            "cpu": p.board.qemu_cpu(),
+            "memory": p.board.memory(),
+            "extra_options": extra_options(argv),
+        },
+        "actions": [
+            {"deploy": {"to": "tmpfs", "timeout": {"minutes": 5}, "images": {
+                "kernel": image("Image", "kernel"),
+                "initrd": image("initramfs.cpio", "initrd"),
+                "dtb": image("board.dtb", "dtb"),
+            }}},
+            {"boot": {"method": "qemu", "media": "tmpfs", "timeout": {"minutes": 5}}},
+            {"test": {"timeout": {"seconds": timeout_s}, "monitors": monitors(&p.plan)}},
+        ],
+    })
+}
+
+/// What `{% extends 'qemu.jinja2' %}` renders for the job's context (LAVA 2023.01's template),
+/// for `lava-run --device` without a server.
+pub fn device_config(job: &Value) -> Value {
+    let c = &job["context"];
+    let opts = vec![
+        format!("-cpu {}", c["cpu"].as_str().unwrap_or_default()),
+        format!("-machine {}", c["machine"].as_str().unwrap_or_default()),
+        "-nographic".into(),
+        "-net nic,model=virtio,macaddr=52:54:00:12:34:58 -net user".into(),
+        format!("-m {}", c["memory"].as_str().unwrap_or_default()),
+        "-monitor none".into(),
+    ];
+    json!({
+        "available_architectures": ["arm64", "aarch64"],
+        "constants": {
+            "posix": {"lava_test_sh_cmd": "/bin/sh", "lava_test_results_dir": "/lava-%s", "lava_test_shell_file": "~/.bashrc"},
+            "shutdown-message": "The system is going down for reboot NOW",
+            "kernel-start-message": "Linux version [0-9]",
+            "default-shell-prompt": "lava-test: # ",
+            "spawn_maxread": "4092",
+            // One try: a retried boot could turn a failed run into a pass.
+            "failure_retry": 1,
+            "boot_retry": 1,
+        },
+        "parameters": {"pass": null},
+        "actions": {
+            "deploy": {"connections": {"serial": null}, "methods": {"image": {"parameters": {"guest": {"size": 512, "interface": "ide", "driveid": "lavatest"}}}}},
+            "boot": {"connections": {"serial": null}, "methods": {"qemu": {"parameters": {
+                "command": "qemu-system-aarch64",
+                "options": opts,
+                "extra": c["extra_options"],
+            }}}},
+        },
+        "timeouts": {"actions": {}, "connections": {}},
+    })
+}
+
+/// The device dictionary a LAVA server needs for this job (software-only TCG: no KVM).
+pub const DEVICE_DICT: &str = "{% extends 'qemu.jinja2' %}\n{% set no_kvm = True %}\n";
+
+/// Prepares kernel, DTB and initramfs into `out` and writes the job beside them. Artifact
+/// URLs are `<url_base>/<file>`, or file:// paths into `out` when no base is given.
+pub fn write(opts: &RunOpts, out: &Path, url_base: Option<&str>) -> Result<Written> {
+    std::fs::create_dir_all(out)?;
+    let out = std::path::absolute(out)?;
+    let plan = load_plan(&opts.plan)?;
+    let p = prepare(opts, plan, &out)?;
+    std::fs::copy(p.kernel.image(), out.join("Image")).context("copying the kernel Image")?;
+    // No result port and no QMP: results reach LAVA on the console.
+    let mut spec = vm_spec(&p, opts, &out, Console::Pipe);
+    spec.results = None;
+    spec.qmp = None;
+    let url = |f: &str| match url_base {
+        Some(b) => format!("{}/{f}", b.trim_end_matches('/')),
+        None => format!("file://{}", out.join(f).display()),
+    };
+    let job = job(&p, &spec.argv(), &url, &p.kernel.flavor);
+    let written = Written { job: out.join("job.yaml"), device: out.join("device.yaml") };
+    // JSON is YAML: LAVA reads both files with a YAML loader.
+    crate::support::fs::write_atomic(&written.job, serde_json::to_string_pretty(&job)?.as_bytes())?;
+    crate::support::fs::write_atomic(&written.device, serde_json::to_string_pretty(&device_config(&job))?.as_bytes())?;
+    crate::support::fs::write_atomic(&out.join("device-dict.jinja2"), DEVICE_DICT.as_bytes())?;
+    Ok(written)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn argv() -> Vec<String> {
+        "qemu-system-aarch64 -M virt,gic-version=3 -cpu cortex-a76 -smp 8 -m 2G -accel tcg,thread=single \
+         -kernel /k/Image -initrd /r/i.cpio -dtb /r/b.dtb -append X -display none -monitor none -serial stdio \
+         -device pvpanic-pci -action panic=pause -nodefaults -no-user-config -nic none -no-reboot -device virtio-rng-device"
+            .split(' ')
+            .map(|s| if s == "X" { "console=ttyAMA0 rdinit=/init".into() } else { s.to_string() })
+            .collect()
+    }
+
+    #[test]
+    fn extra_options_keep_what_the_device_type_lacks() {
+        let x = extra_options(&argv());
+        assert_eq!(
+            x,
+            [
+                "-smp 8",
+                "-accel tcg,thread=single",
+                "-append 'console=ttyAMA0 rdinit=/init'",
+                "-device pvpanic-pci",
+                "-action panic=exit-failure",
+                "-no-reboot",
+                "-device virtio-rng-device"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_monitor_per_step_reads_result_lines() {
+        let plan = load_plan("default").unwrap();
+        let m = monitors(&plan);
+        assert_eq!(m.len(), plan.steps.len());
+        assert_eq!(m[1]["start"], r#"{"type":"step_start","step":"binder-smoke"}"#);
+        // The pattern matches the init's console fallback line for a result, as serde writes it.
+        let ev = labproto::Event::Result {
+            step: "binder-smoke".into(),
+            case: "sync_round_trip".into(),
+            status: labproto::Status::Pass,
+            duration_ms: 1.5,
+            message: None,
+            data: serde_json::Value::Null,
+        };
+        let line = format!("[    1.0] LABRESULT {}", ev.to_line());
+        let re = regex::Regex::new(m[1]["pattern"].as_str().unwrap()).unwrap();
+        let c = re.captures(&line).expect("pattern matches");
+        assert_eq!((&c["test_case_id"], &c["result"]), ("sync_round_trip", "pass"));
+        let end = labproto::Event::StepEnd {
+            step: "binder-smoke".into(),
+            exit_code: Some(0),
+            signal: None,
+            timed_out: false,
+            duration_ms: 1.0,
+        };
+        assert!(end.to_line().starts_with(m[1]["end"].as_str().unwrap()));
+    }
+}

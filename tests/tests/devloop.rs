@@ -1,0 +1,239 @@
+//! The driver developer's tools, end to end on the real kernel: --trace, the binderfs
+//! selftest, --gdb with `lab gdb`'s gdb, LAVA's lava-run, a user's own crate. The slow or
+//! extra-install ones are `#[ignore]`d with the reason and run by name (README: "slower tests").
+
+use lab::harness::gdb;
+use lab::harness::opts::RunOpts;
+use lab::harness::outcome::Outcome;
+use lab::report::{self as run, summary::summary};
+use lab::support::paths;
+use labproto::Status;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn opts(plan: &str) -> RunOpts {
+    RunOpts { plan: plan.into(), ..Default::default() }
+}
+
+fn assert_ok(o: &Outcome) {
+    assert!(o.ok(), "run failed:\n{}", summary(o));
+}
+
+fn status(o: &Outcome, case: &str) -> Option<(Status, Option<String>)> {
+    o.results().find(|(_, c, _, _)| *c == case).map(|(_, _, s, m)| (s, m.map(String::from)))
+}
+
+#[test]
+fn trace_shows_binder_calls_and_where_the_server_ran() {
+    let mut o = opts("default");
+    o.trace =
+        Some(labproto::TraceSpec::parse("binder:*,sched:sched_switch,sched:sched_wakeup,sched:sched_waking").unwrap());
+    let out = run::run(&o).unwrap();
+    assert_ok(&out);
+    let dir = out.dir.join("trace");
+    let summary: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("summary.json")).unwrap()).unwrap();
+    let smoke = &summary["binder-smoke"];
+    // binder-smoke makes one synchronous call: it and its reply are in the trace, and the
+    // receiving thread's CPU and wake-up are known.
+    assert!(smoke["transactions"].as_u64().unwrap() >= 1, "{smoke}");
+    assert!(smoke["replies"].as_u64().unwrap() >= 1, "{smoke}");
+    assert!(!smoke["received_on_cpu"].as_object().unwrap().is_empty(), "{smoke}");
+    assert!(!smoke["server_wakeup_cpu"].as_object().unwrap().is_empty(), "{smoke}");
+    assert_eq!(smoke["unparsed"], 0, "lines Perfetto's pattern would drop: {smoke}");
+    let text = std::fs::read_to_string(dir.join("binder-smoke/trace.txt")).unwrap();
+    assert!(text.starts_with("# tracer: nop"), "Perfetto's systrace importer sniffs this header");
+    // The binary trace, read back by trace-cmd: the same events.
+    let report =
+        Command::new("trace-cmd").arg("report").arg("-i").arg(dir.join("binder-smoke/trace.dat")).output().unwrap();
+    let report = String::from_utf8_lossy(&report.stdout);
+    assert!(report.contains("binder_transaction_received: transaction="), "{}", &report[..report.len().min(2000)]);
+    let events = |t: &str| t.lines().filter(|l| lab::harness::trace::parse_line(l).is_some()).count();
+    assert_eq!(events(&report), events(&text), "trace.dat and trace.txt hold the same events");
+}
+
+#[test]
+fn binderfs_selftest_reports_cases_and_the_known_gap() {
+    let out = run::run(&opts("binderfs")).unwrap();
+    assert_ok(&out);
+    assert_eq!(status(&out, "global.binderfs_stress").map(|s| s.0), Some(Status::Pass));
+    for case in ["global.binderfs_test_privileged", "global.binderfs_test_unprivileged"] {
+        let (s, m) = status(&out, case).unwrap_or_else(|| panic!("{case} missing:\n{}", summary(&out)));
+        assert_eq!(s, Status::Skip, "{case}");
+        assert!(m.unwrap_or_default().contains("known Rust binder gap"), "{case}");
+    }
+}
+
+/// Boots with `--gdb` in a thread, waits for its gdb target, runs gdb with `extra` and returns
+/// gdb's output and the run's outcome.
+fn with_gdb(mut o: RunOpts, extra: &[&str]) -> (String, Outcome) {
+    o.gdb = true;
+    let runner = std::thread::spawn(move || run::run(&o).unwrap());
+    let t0 = Instant::now();
+    let target = loop {
+        match gdb::find_target(&paths::runs_dir(), None) {
+            Ok(t) => break t,
+            Err(_) if t0.elapsed() < Duration::from_secs(600) => std::thread::sleep(Duration::from_millis(200)),
+            Err(e) => panic!("{e}"),
+        }
+    };
+    let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+    let argv = gdb::argv(&target, &extra);
+    let mut child =
+        Command::new(&argv[0]).args(&argv[1..]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("gdb did not finish in 5 minutes");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let out = child.wait_with_output().unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    // No harness timeout applies under --gdb: if gdb left the guest halted, end its QEMU here.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !runner.is_finished() {
+        if Instant::now() > deadline {
+            // SAFETY: kill(2) on the QEMU this test started (its pid from the run's gdb target).
+            unsafe { libc::kill(target.qemu_pid as libc::pid_t, libc::SIGKILL) };
+            panic!("the guest did not finish after gdb detached; gdb said:\n{text}");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    (text, runner.join().unwrap())
+}
+
+/// Address of a symbol in the kernel's System.map.
+fn symbol(vmlinux: &Path, suffix: &str) -> String {
+    let map = std::fs::read_to_string(vmlinux.with_file_name("System.map")).unwrap();
+    let line = map.lines().find(|l| l.ends_with(suffix)).unwrap_or_else(|| panic!("no {suffix} in System.map"));
+    format!("0x{}", line.split(' ').next().unwrap())
+}
+
+#[test]
+fn gdb_stops_in_the_rust_binder_on_a_guest_call() {
+    // The perf kernel has no DWARF: a symbol breakpoint and the registers of the call.
+    let vmlinux = lab::kbuild::kernel::build("perf").unwrap().vmlinux();
+    let bp = format!("break *{}", symbol(&vmlinux, "11rust_binder17rust_binder_ioctl"));
+    let ex = ["-batch", "-ex", &bp, "-ex", "continue", "-ex", "p/x $x1", "-ex", "delete", "-ex", "detach"];
+    let (text, out) = with_gdb(opts("default"), &ex);
+    assert!(text.contains("rust_binder_ioctl"), "{text}");
+    // x1 is the ioctl command: a binder one ('b' in bits 8-15), from binder-smoke.
+    let cmd = text.lines().find_map(|l| l.strip_prefix("$1 = 0x")).unwrap_or_else(|| panic!("{text}"));
+    let cmd = u64::from_str_radix(cmd.trim(), 16).unwrap();
+    assert_eq!((cmd >> 8) & 0xff, u64::from(b'b'), "{text}");
+    // After gdb detached, the plan ran to the end.
+    assert_ok(&out);
+}
+
+#[test]
+fn dump_writes_an_elf_core_of_guest_memory_on_power_off_and_panic() {
+    let d = tempfile::tempdir().unwrap();
+    for (plan, file) in [("default", "off.elf"), ("panic", "panic.elf")] {
+        let path = d.path().join(file);
+        let out = run::run(&RunOpts { dump: Some(path.clone()), ..opts(plan) }).unwrap();
+        assert_eq!(out.ok(), plan == "default", "{}", summary(&out));
+        let mut head = [0u8; 20];
+        std::io::Read::read_exact(&mut std::fs::File::open(&path).unwrap(), &mut head).unwrap();
+        // ELF, 64-bit little-endian, ET_CORE, EM_AARCH64; at least the board's 2 GiB of RAM.
+        assert_eq!(&head[..6], b"\x7fELF\x02\x01", "{plan}");
+        assert_eq!((u16::from_le_bytes([head[16], head[17]]), u16::from_le_bytes([head[18], head[19]])), (4, 183));
+        assert!(std::fs::metadata(&path).unwrap().len() >= 2 << 30, "{plan}: dump cut short");
+        std::fs::remove_file(&path).unwrap();
+    }
+}
+
+#[test]
+#[ignore = "a DWARF kernel (kernel-config/extra/gdb.config) is another full build, about 12 min of both cores: cargo test -p lab-tests --test devloop -- --ignored gdb_reads"]
+fn gdb_reads_rust_binder_arguments_with_dwarf() {
+    let mut o = opts("default");
+    o.kconfig.files = vec![paths::repo().join("kernel-config/extra/gdb.config")];
+    let ex = [
+        "-batch",
+        "-ex",
+        "break rust_binder_ioctl",
+        "-ex",
+        "continue",
+        "-ex",
+        "info args",
+        "-ex",
+        "lx-version",
+        "-ex",
+        "delete",
+        "-ex",
+        "detach",
+    ];
+    let (text, out) = with_gdb(o, &ex);
+    assert!(text.contains("cmd = "), "{text}");
+    assert!(text.contains("Linux version 7.2"), "the kernel's gdb helpers (lx-version) did not load:\n{text}");
+    assert_ok(&out);
+}
+
+#[test]
+#[ignore = "needs Debian's lava-dispatcher (cargo make setup --lava): cargo test -p lab-tests --test devloop -- --ignored lava"]
+fn lava_run_reports_the_default_plan_like_lab_run() {
+    let o = opts("default");
+    let lab = run::run(&o).unwrap();
+    assert_ok(&lab);
+    let dir = tempfile::tempdir().unwrap();
+    let w = lab::report::lava::write(&o, dir.path(), None).unwrap();
+    let out = Command::new("lava-run")
+        .args(["--job-id", "1", "--output-dir"])
+        .arg(dir.path().join("out"))
+        .arg("--device")
+        .arg(&w.device)
+        .arg(&w.job)
+        .output()
+        .expect("lava-run (cargo make setup --lava)");
+    let log = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    // lava-run logs one JSON-ish line per result; collect the test cases it reports.
+    let mut cases = vec![];
+    for l in log.lines().filter(|l| l.contains(r#""lvl": "results""#)) {
+        let field = |k: &str| {
+            l.split(&format!(r#""{k}": ""#)).nth(1).and_then(|r| r.split('"').next()).unwrap_or_default().to_string()
+        };
+        if field("definition") != "lava" {
+            cases.push((format!("{}/{}", field("definition"), field("case")), field("result")));
+        }
+    }
+    let mut want: Vec<(String, String)> =
+        lab.results().map(|(s, c, st, _)| (format!("{s}/{c}"), format!("{st:?}").to_lowercase())).collect();
+    want.sort();
+    cases.sort();
+    assert_eq!(cases, want, "lava-run:\n{log}");
+    assert!(log.contains(r#""case": "job", "definition": "lava", "result": "pass""#), "{log}");
+}
+
+#[test]
+#[ignore = "cross-builds rsbinder from crates.io (a few minutes): cargo test -p lab-tests --test devloop -- --ignored readme"]
+fn readme_rsbinder_client_builds_and_runs() {
+    // The README's "Bring your own client" files, taken from the README itself.
+    let readme = std::fs::read_to_string(paths::repo().join("README.md")).unwrap();
+    let sec = &readme[readme.find("## Bring your own client").unwrap()..readme.find("## LAVA").unwrap()];
+    let dir = tempfile::tempdir().unwrap();
+    let mut rest = sec;
+    while let Some(i) = rest.find("\n`") {
+        rest = &rest[i + 2..];
+        let name = &rest[..rest.find('`').unwrap()];
+        let Some(code) = rest.find(":\n\n```").map(|j| &rest[j + 3..]) else { continue };
+        let body = &code[code.find('\n').unwrap() + 1..code.find("\n```").unwrap() + 1];
+        let file = !name.contains(' ') && [".toml", ".rs", ".aidl"].iter().any(|x| name.ends_with(x));
+        if file {
+            let p = dir.path().join(name);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, body).unwrap();
+        }
+    }
+    let bins = rootfs::build_user_crate(&dir.path().join("hello-binder/Cargo.toml")).unwrap();
+    assert_eq!(bins.len(), 2, "{bins:?}");
+    let overlay = dir.path().join("overlay");
+    std::fs::create_dir_all(overlay.join("bin")).unwrap();
+    for b in &bins {
+        std::fs::copy(b, overlay.join("bin").join(b.file_name().unwrap())).unwrap();
+    }
+    let o = RunOpts { overlay: Some(overlay), ..opts(dir.path().join("hello.toml").to_str().unwrap()) };
+    let out = run::run(&o).unwrap();
+    assert_ok(&out);
+    assert_eq!(status(&out, "echo"), Some((Status::Pass, Some("hello from rsbinder".into()))));
+}
