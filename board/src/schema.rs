@@ -104,6 +104,14 @@ struct ClusterFile {
     l1i: Option<CacheFile>,
     l1d: Option<CacheFile>,
     l2: Option<CacheFile>,
+    eas: Option<EasFile>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EasFile {
+    dynamic_power_coefficient: u32,
+    microvolt: u32,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize)]
@@ -119,6 +127,7 @@ struct CacheFile {
 struct ExpectFile {
     cpu_capacity: Option<Vec<u32>>,
     cluster_id: Option<Vec<i32>>,
+    em_cost: Option<Vec<u64>>,
 }
 
 // ---------------------------------------------------------------- validated model
@@ -183,6 +192,19 @@ pub struct Cluster {
     pub l1d: Option<Cache>,
     /// Per-core (private) L2.
     pub l2: Option<Cache>,
+    /// Energy model of the cluster's single OPP, for EAS.
+    pub eas: Option<ClusterEas>,
+}
+
+/// One cluster's energy model: a single OPP at the fixed clock (`max_khz`), whose power
+/// Linux computes from the cpu nodes' `dynamic-power-coefficient` and the OPP's
+/// `opp-microvolt` (drivers/opp/of.c `dev_pm_opp_calc_power`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClusterEas {
+    /// DT `dynamic-power-coefficient`, µW/MHz/V².
+    pub dynamic_power_coefficient: u32,
+    /// The OPP's `opp-microvolt`.
+    pub microvolt: u32,
 }
 
 impl Cluster {
@@ -273,6 +295,16 @@ impl Board {
     /// Shared last-level cache, if described.
     pub fn l3(&self) -> Option<Cache> {
         self.l3
+    }
+    /// Whether the board describes an energy model (and so runs EAS).
+    pub fn has_eas(&self) -> bool {
+        self.clusters.iter().any(|c| c.eas.is_some())
+    }
+    /// The same board without its energy model (`--no-eas`): no OPP tables, no EAS.
+    pub fn without_eas(&self) -> Board {
+        let mut b = self.clone();
+        b.clusters.iter_mut().for_each(|c| c.eas = None);
+        b
     }
     /// Index into [`Board::clusters`] of the cluster holding `cpu`.
     pub fn cluster_index_of(&self, cpu: u32) -> Option<usize> {
@@ -504,6 +536,7 @@ fn validate(raw: BoardFile, file: &str) -> Result<Board, BoardError> {
             l1i: cache("l1i", c.l1i)?,
             l1d: cache("l1d", c.l1d)?,
             l2: cache("l2", c.l2)?,
+            eas: check_eas(&cx, &f("eas"), c.eas)?,
         });
     }
     if let Some(missing) = (0..smp).find(|cpu| !owner.contains_key(cpu)) {
@@ -540,8 +573,21 @@ fn validate(raw: BoardFile, file: &str) -> Result<Board, BoardError> {
         l3,
     };
 
+    check_eas_board(&cx, &board)?;
+
     // [expect] must agree with what the data implies.
     if let Some(exp) = raw.expect {
+        if let Some(costs) = exp.em_cost {
+            let computed: Vec<u64> = board.clusters.iter().filter_map(|c| crate::eas::em_cost(&board, c)).collect();
+            check_stated_per(
+                &cx,
+                "expect.em_cost",
+                &costs,
+                &computed,
+                ("cluster", &format!("{} clusters", board.clusters.len())),
+                "power * 10 / capacity as kernel/power/energy_model.c computes it from the cluster's eas data",
+            )?;
+        }
         let computed = topology::expected_topology(&board);
         if let Some(caps) = exp.cpu_capacity {
             check_stated(
@@ -575,18 +621,73 @@ fn check_stated<T: PartialEq + fmt::Debug>(
     smp: u32,
     how: &str,
 ) -> Result<(), BoardError> {
+    check_stated_per(cx, field, stated, computed, ("cpu", &format!("qemu.smp = {smp} CPUs")), how)
+}
+
+fn check_stated_per<T: PartialEq + fmt::Debug>(
+    cx: &Ctx<'_>,
+    field: &str,
+    stated: &[T],
+    computed: &[T],
+    (item, per): (&str, &str),
+    how: &str,
+) -> Result<(), BoardError> {
     if stated.len() != computed.len() {
         return Err(cx.err(
             field,
-            format!("{} values for qemu.smp = {smp} CPUs", stated.len()),
-            &format!("give one value per CPU: {computed:?}"),
+            format!("{} values for {per}", stated.len()),
+            &format!("give one value per {item}: {computed:?}"),
         ));
     }
-    if let Some(cpu) = (0..stated.len()).find(|&i| stated[i] != computed[i]) {
+    if let Some(i) = (0..stated.len()).find(|&i| stated[i] != computed[i]) {
         return Err(cx.err(
-            format!("{field}[{cpu}]"),
-            format!("states {:?} for cpu {cpu} but the board data gives {:?} ({how})", stated[cpu], computed[cpu]),
+            format!("{field}[{i}]"),
+            format!("states {:?} for {item} {i} but the board data gives {:?} ({how})", stated[i], computed[i]),
             &format!("fix the cluster data or set {field} = {computed:?}"),
+        ));
+    }
+    Ok(())
+}
+
+fn check_eas(cx: &Ctx<'_>, field: &str, e: Option<EasFile>) -> Result<Option<ClusterEas>, BoardError> {
+    let Some(e) = e else { return Ok(None) };
+    if e.dynamic_power_coefficient == 0 {
+        return Err(cx.err(
+            format!("{field}.dynamic_power_coefficient"),
+            "0 gives no energy model",
+            "use the cpu nodes' dynamic-power-coefficient from the SoC's dtsi (µW/MHz/V², e.g. 232 for SM8150 silver)",
+        ));
+    }
+    if !(100_000..=2_000_000).contains(&e.microvolt) {
+        return Err(cx.err(
+            format!("{field}.microvolt"),
+            format!("{} µV is not a CPU supply voltage", e.microvolt),
+            "give the OPP's voltage in microvolts, 100000..=2000000 (e.g. 900000 for 0.9 V)",
+        ));
+    }
+    Ok(Some(ClusterEas { dynamic_power_coefficient: e.dynamic_power_coefficient, microvolt: e.microvolt }))
+}
+
+/// EAS needs an energy model on every CPU and CPUs of different capacities
+/// (kernel/sched/topology.c `sched_is_eas_possible`, `build_perf_domains`).
+fn check_eas_board(cx: &Ctx<'_>, board: &Board) -> Result<(), BoardError> {
+    let with: Vec<usize> = (0..board.clusters.len()).filter(|&i| board.clusters[i].eas.is_some()).collect();
+    if with.is_empty() {
+        return Ok(());
+    }
+    if let Some(i) = (0..board.clusters.len()).find(|i| !with.contains(i)) {
+        return Err(cx.err(
+            format!("clusters[{i}].eas"),
+            format!("cluster {:?} has no eas but others do", board.clusters[i].name),
+            "give every cluster an eas table (Linux builds perf domains only when every CPU has an energy model), or none",
+        ));
+    }
+    let caps = topology::expected_capacities(board);
+    if caps.iter().all(|&c| c == caps[0]) {
+        return Err(cx.err(
+            "clusters[0].eas",
+            format!("every CPU has capacity {}: the scheduler runs EAS only on asymmetric capacities", caps[0]),
+            "remove the eas tables (a symmetric board runs without EAS), or make the clusters differ",
         ));
     }
     Ok(())
