@@ -130,6 +130,9 @@ struct RunArgs {
     /// Extra kernel command-line arguments.
     #[arg(long)]
     append: Vec<String>,
+    /// Boot without the board's energy model: no cpufreq, no EAS (as before EAS was board data).
+    #[arg(long, env = "LAB_NO_EAS")]
+    no_eas: bool,
 }
 
 impl RunArgs {
@@ -150,6 +153,7 @@ impl RunArgs {
             echo: self.verbose,
             pin: self.pin,
             append: self.append.clone(),
+            no_eas: self.no_eas,
             ..Default::default()
         }
     }

@@ -61,6 +61,8 @@ pub struct RunOpts {
     pub append: Vec<String>,
     /// Short label for the run directory.
     pub name: String,
+    /// Boot the board without its energy model (no OPP tables, so no cpufreq and no EAS).
+    pub no_eas: bool,
 }
 
 impl Default for RunOpts {
@@ -78,6 +80,7 @@ impl Default for RunOpts {
             pin: false,
             append: vec![],
             name: String::new(),
+            no_eas: false,
         }
     }
 }
@@ -238,6 +241,7 @@ pub struct Prepared {
 pub fn prepare(opts: &RunOpts, plan: Plan, dir: &Path) -> Result<Prepared> {
     let cache = paths::cache();
     let board = load_board(&opts.board)?;
+    let board = if opts.no_eas { board.without_eas() } else { board };
     let kernel = kernel::build(&opts.flavor)?;
     let base = std::fs::read(qemu::qemu_dtb(&cache, &board)?)?;
     let dtb = dir.join("board.dtb");
@@ -500,6 +504,12 @@ fn check_topology(board: &board::Board, events: &[Event]) -> Vec<String> {
     if let Some(sd) = report.get("sched_domains") {
         problems.extend(check_sched_domains(board, sd));
     }
+    if let Some(e) = report.get("eas") {
+        match serde_json::from_value::<board::EasObserved>(e.clone()) {
+            Ok(obs) => problems.extend(board::compare_eas(board, &obs)),
+            Err(e) => problems.push(format!("EAS report unreadable: {e}")),
+        }
+    }
     problems
 }
 
@@ -564,6 +574,8 @@ struct Manifest<'a> {
     kernel_config_sha256: String,
     board: &'a str,
     board_file_sha256: String,
+    /// The board's energy model was in the DTB (EAS on).
+    eas: bool,
     plan: &'a str,
     cmdline: &'a str,
     tcg: Tcg,
@@ -600,6 +612,7 @@ fn write_manifest(
         kernel_config_sha256: util::sha256_file(&p.kernel.config()).unwrap_or_default(),
         board: p.board.name(),
         board_file_sha256: util::sha256_hex(p.board.source().as_bytes()),
+        eas: p.board.has_eas(),
         plan: &p.plan.name,
         cmdline: &spec.append,
         tcg: opts.tcg,
