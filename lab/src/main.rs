@@ -50,6 +50,9 @@ enum Cmd {
         /// Repetitions per mode (the full default takes about 8 minutes here).
         #[arg(long, default_value_t = 12)]
         reps: usize,
+        /// A fixed pool of N looper threads per server instead of libbinder's (max threads 15).
+        #[arg(long)]
+        threads: Option<usize>,
         #[command(flatten)]
         run: RunArgs,
     },
@@ -202,8 +205,8 @@ fn run(cmd: Cmd) -> Result<()> {
         Cmd::Fuzz(args) => suite(&args, "fuzz"),
         Cmd::Test => lab::testall::run(),
         Cmd::DriverCheck => lab::driver_check::run(),
-        Cmd::Bench { profile, reps, run } => {
-            if !lab::bench::run(profile, reps, &run.measure_opts("bench"))? {
+        Cmd::Bench { profile, reps, threads, run } => {
+            if !lab::bench::run(profile, reps, threads, &run.measure_opts("bench"))? {
                 std::process::exit(1);
             }
             Ok(())

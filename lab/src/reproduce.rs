@@ -570,8 +570,10 @@ pub const LIMITS: &[&str] = &[
      tens of times slower than on the phone). Compare directions and relative changes.",
     "TCG models no caches and no interconnect, so cache rows are not measurable here and locality saves no time; \
      the tier tables show where transactions land, not what locality would save on silicon.",
-    "There is no energy model or EAS under QEMU, and the Rust driver has no real-time priority inheritance: \
-     the SCHED_FIFO caller's server thread runs as SCHED_OTHER.",
+    "EAS runs on the board's energy model (one OPP per cluster at the fixed clock, sm8150.dtsi's power \
+     coefficients, assumed voltages): with a single OPP gold is the cheapest per unit of capacity, so EAS packs \
+     work onto gold, where the phone's low silver OPPs draw it to silver. The Rust driver has no real-time \
+     priority inheritance: the SCHED_FIFO caller's server thread runs as SCHED_OTHER.",
     "Seed 001 compared the C driver's alloc->mutex with a spinlock in the same driver; the lab's \"after\" is the \
      Rust driver, which keeps buffer metadata under spinlocks but differs in other ways too. Nothing here holds \
      the lock at low priority, so the priority inversion the seed describes has no trigger.",
@@ -672,7 +674,7 @@ pub fn run(profile: Profile, base: &RunOpts, out: &Path) -> Result<Reproduction>
     let seeds = seeds()?;
     let sizes = Sizes::of(profile);
     eprintln!("lab reproduce: seed 000 (CTABS modes 0/1/2, {} repetitions)", sizes.bench_reps);
-    let (o0, _) = bench::execute(profile, sizes.bench_reps, base)?;
+    let (o0, _) = bench::execute(profile, sizes.bench_reps, None, base)?;
     let s0 = Experiment::new(vec![o0]);
     eprintln!("lab reproduce: seed 001 (C vs Rust driver, {} runs each)", sizes.tput_runs);
     let s1 = seed001(sizes, base)?;
