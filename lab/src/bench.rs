@@ -358,7 +358,7 @@ pub fn sendvec_table(rows: &BTreeMap<String, Row>) -> String {
 }
 
 /// What the servers ran on: the thread pool and whether the board's EAS was on.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct Config {
     /// None: libbinder's pool (max threads 15); Some(n): a fixed pool of n loopers.
     pub threads: Option<usize>,

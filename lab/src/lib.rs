@@ -11,6 +11,7 @@ pub mod kconfig;
 pub mod kernel;
 pub mod kunit;
 pub mod lock;
+pub mod matrix;
 pub mod nightly;
 pub mod paths;
 pub mod plots;

@@ -53,6 +53,13 @@ enum Cmd {
         /// A fixed pool of N looper threads per server instead of libbinder's (max threads 15).
         #[arg(long)]
         threads: Option<usize>,
+        /// All four configurations (libbinder's pool / --threads 2, with / without EAS), one
+        /// boot each, and one table of their changes against the seed's (matrix.md).
+        #[arg(long, conflicts_with_all = ["threads"])]
+        matrix: bool,
+        /// Where matrix.md goes [default: target/lab/bench-matrix/<time>].
+        #[arg(long, requires = "matrix")]
+        out: Option<std::path::PathBuf>,
         #[command(flatten)]
         run: RunArgs,
     },
@@ -205,7 +212,16 @@ fn run(cmd: Cmd) -> Result<()> {
         Cmd::Fuzz(args) => suite(&args, "fuzz"),
         Cmd::Test => lab::testall::run(),
         Cmd::DriverCheck => lab::driver_check::run(),
-        Cmd::Bench { profile, reps, threads, run } => {
+        Cmd::Bench { profile, reps, matrix: true, out, run, .. } => {
+            let out = out.unwrap_or_else(|| paths::repo().join("target/lab/bench-matrix").join(lab::util::utc_stamp()));
+            let (ok, text) = lab::matrix::run(profile, reps, &run.measure_opts("bench"), &out)?;
+            println!("{text}\nreport: {}", out.join("matrix.md").display());
+            if !ok {
+                std::process::exit(1);
+            }
+            Ok(())
+        }
+        Cmd::Bench { profile, reps, threads, run, .. } => {
             if !lab::bench::run(profile, reps, threads, &run.measure_opts("bench"))? {
                 std::process::exit(1);
             }
