@@ -4,59 +4,13 @@
 //! every device QEMU wires up (GIC, UART, virtio-mmio, PCIe, PSCI, timer) stays exactly
 //! as QEMU expects; only `/cpus` and a few root clock nodes change.
 
-use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
-
-use anyhow::{anyhow, bail, ensure, Context, Result};
+use anyhow::{anyhow, ensure, Result};
 use dtoolkit::fdt::Fdt;
 use dtoolkit::model::{DeviceTree, DeviceTreeNode, DeviceTreeProperty};
 use dtoolkit::{Node, Property};
 
 use crate::schema::{Board, Cache};
 use crate::topology::cpu_map_clusters;
-
-/// How long QEMU may take to dump a DTB (it exits right after building the machine).
-const DUMP_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// Runs QEMU only to dump its DTB for the board's machine/cpu/smp/memory into `out`.
-///
-/// `-nic none` keeps QEMU from loading the default NIC's option ROM (efi-virtio.rom,
-/// absent on some hosts); a PCI NIC never appears in the DTB anyway.
-pub fn dump_qemu_dtb(qemu: &Path, board: &Board, out: &Path) -> Result<()> {
-    let out_str = out.to_str().ok_or_else(|| anyhow!("{}: DTB output path is not UTF-8", out.display()))?;
-    // QEMU option values escape ',' by doubling it.
-    let machine = format!("{},dumpdtb={}", board.qemu_machine(), out_str.replace(',', ",,"));
-    let _ = std::fs::remove_file(out);
-    let mut cmd = Command::new(qemu);
-    cmd.args(["-M", &machine, "-cpu", board.qemu_cpu()])
-        .args(["-smp", &board.smp().to_string(), "-m", board.memory()])
-        .args(["-nographic", "-nic", "none"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let shown = format!("{cmd:?}");
-    let mut child = cmd.spawn().with_context(|| format!("cannot run {}", qemu.display()))?;
-    let start = Instant::now();
-    let status = loop {
-        if let Some(s) = child.try_wait()? {
-            break s;
-        }
-        if start.elapsed() > DUMP_TIMEOUT {
-            let _ = child.kill();
-            let _ = child.wait();
-            bail!("{shown} did not exit within {DUMP_TIMEOUT:?} (does this QEMU support dumpdtb?)");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let output = child.wait_with_output()?;
-    if !status.success() {
-        bail!("{shown} failed ({status}): {}", String::from_utf8_lossy(&output.stderr).trim());
-    }
-    let dtb = std::fs::read(out).with_context(|| format!("{shown} exited 0 but wrote no {}", out.display()))?;
-    Fdt::new(&dtb).map_err(|e| anyhow!("{}: QEMU wrote an invalid DTB: {e}", out.display()))?;
-    Ok(())
-}
 
 /// Cache key for a dumped QEMU DTB: everything in the board that changes it.
 /// Filename-safe; the caller adds the QEMU version.

@@ -2,8 +2,9 @@
 //! and the debug kernel (lockdep, KASAN, Rust debug assertions), where any splat fails
 //! the run. Needs `cargo make setup` (cargo make test runs it first).
 
-use lab::report;
-use lab::run::{self, Outcome, RunOpts};
+use lab::harness::opts::RunOpts;
+use lab::harness::outcome::Outcome;
+use lab::report::{self, summary::summary};
 use labproto::Status;
 
 /// Every case of `binder-conformance --list`, in order.
@@ -33,12 +34,12 @@ const FUZZ_CASES: &[&str] = &["fuzz", "kernel_log", "leaks"];
 fn boot(plan: &str, flavor: &str) -> Outcome {
     let opts =
         RunOpts { plan: plan.into(), flavor: flavor.into(), name: format!("{plan}-{flavor}"), ..Default::default() };
-    run::run(&opts).unwrap()
+    report::run(&opts).unwrap()
 }
 
 /// The run passed, every expected case passed, and the reports are in the run directory.
 fn assert_all_pass(o: &Outcome, step: &str, cases: &[&str]) {
-    assert!(o.ok(), "run failed:\n{}{}", report::case_table(o), run::summary(o));
+    assert!(o.ok(), "run failed:\n{}{}", report::case_table(o), summary(o));
     let got: Vec<(&str, Status)> = o.results().filter(|r| r.0 == step).map(|r| (r.1, r.2)).collect();
     let names: Vec<&str> = got.iter().map(|g| g.0).collect();
     assert_eq!(names, cases, "cases of step {step}");

@@ -1,16 +1,18 @@
 //! CTABS in the guest: pick counters per mode with pinned clients and servers, and mode
 //! switches under load, on the perf and the debug kernel (which must show no splat).
 
-use lab::run::{self, RunOpts};
+use lab::harness::opts::RunOpts;
+use lab::harness::outcome::Outcome;
+use lab::report::{self as run, summary::summary};
 
-fn ctabs_run(flavor: &str) -> run::Outcome {
+fn ctabs_run(flavor: &str) -> Outcome {
     let o = RunOpts { plan: "ctabs".into(), flavor: flavor.into(), ..Default::default() };
     let out = run::run(&o).unwrap();
-    assert!(out.ok(), "ctabs plan failed on {flavor}:\n{}", run::summary(&out));
+    assert!(out.ok(), "ctabs plan failed on {flavor}:\n{}", summary(&out));
     out
 }
 
-fn share(o: &run::Outcome, mode: u32) -> f64 {
+fn share(o: &Outcome, mode: u32) -> f64 {
     o.data(&format!("affinity_mode{mode}")).and_then(|d| d["local_share"].as_f64()).expect("local share")
 }
 
@@ -44,7 +46,7 @@ fn conformance_passes_in_ctabs_modes_1_and_2() {
             ..Default::default()
         };
         let out = run::run(&o).unwrap();
-        assert!(out.ok(), "conformance failed in CTABS mode {mode}:\n{}", run::summary(&out));
+        assert!(out.ok(), "conformance failed in CTABS mode {mode}:\n{}", summary(&out));
         let console = std::fs::read_to_string(out.dir.join("manifest.json")).unwrap();
         assert!(console.contains(&format!("rust_binder.ctabs={mode}")));
     }

@@ -3,9 +3,9 @@
 //! JUnit, KCIDB JSON that validates, the seed tables; and the baseline makes it fail with a
 //! named regression. Figures themselves belong to `cargo make nightly`, not to tests.
 
-use lab::bench::Profile;
-use lab::nightly::{self, Opts, Verdict};
-use lab::run::RunOpts;
+use lab::cli::nightly::{self, Opts, Verdict};
+use lab::harness::opts::RunOpts;
+use lab::measure::bench::Profile;
 
 #[test]
 fn quick_nightly_writes_artifacts_and_fails_on_a_regression() {
@@ -26,7 +26,7 @@ fn quick_nightly_writes_artifacts_and_fails_on_a_regression() {
         threshold_pct: 10.0,
         fuzz_ops: 20_000,
         base: RunOpts::default(),
-        measure_tcg: lab::qemu::Tcg::Icount,
+        measure_tcg: lab::harness::qemu::Tcg::Icount,
     };
     let n = nightly::run(&opts).unwrap();
     let failures = n.failures();

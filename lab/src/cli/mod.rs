@@ -1,0 +1,155 @@
+//! Stage 6: the `lab` commands, one file per command (or family), and the nightly's
+//! orchestration. May import every stage; nothing imports it.
+
+pub mod args;
+pub mod bench;
+pub mod compare;
+pub mod kernel;
+pub mod nightly;
+pub mod reproduce;
+pub mod run;
+pub mod setup;
+pub mod test;
+
+use anyhow::Result;
+use args::RunArgs;
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "lab", about = "Build, boot and measure the Rust binder driver on an emulated SA8155P")]
+pub struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+pub enum Cmd {
+    /// Install and check everything the builds need (idempotent).
+    Setup,
+    /// Build (or reuse) the kernel of a flavor.
+    Kernel {
+        /// perf (benchmarks), debug (lockdep, KASAN, KUnit), ...: kernel-config/<flavor>.config.
+        #[arg(long, env = "LAB_FLAVOR", default_value = "perf")]
+        flavor: String,
+    },
+    /// Re-pin kernel-config/kernel.lock to the newest linux-source-7.2 served.
+    KernelLock,
+    /// Print the prepared kernel tree's path (edit and commit there).
+    DriverTree,
+    /// Regenerate rust-driver/*.patch and series from the tree's commits.
+    DriverExport,
+    /// Discard the tree's work and re-apply rust-driver/ from scratch.
+    DriverReset,
+    /// Boot a board, run a plan, print the summary; non-zero exit on any failure.
+    Run(RunArgs),
+    /// Boot a board with an interactive shell on the console.
+    Shell(RunArgs),
+    /// Run the binder conformance suite (plan `conformance`) and print a per-case table;
+    /// JUnit XML and TAP go into the run directory. Non-zero exit on any failure.
+    Conformance(RunArgs),
+    /// Run the binder fuzzer (plan `fuzz`: 20k operations; `--plan fuzz-long` for
+    /// millions, `--append binder_fuzz.seed=N` to replay a seed) and print the table.
+    Fuzz(RunArgs),
+    /// Everything `cargo make test` runs: unit tests, kernels, end-to-end tests.
+    Test,
+    /// Clippy, rustfmtcheck and checkpatch over rust-driver/.
+    DriverCheck,
+    /// Seed 000's benchmarks under CTABS modes 0, 1, 2 (interleaved, one boot) with CIs.
+    Bench {
+        #[arg(long, value_enum, default_value = "full")]
+        profile: crate::measure::bench::Profile,
+        /// Repetitions per mode (the full default takes about 8 minutes here).
+        #[arg(long, default_value_t = 12)]
+        reps: usize,
+        /// A fixed pool of N looper threads per server instead of libbinder's (max threads 15).
+        #[arg(long)]
+        threads: Option<usize>,
+        /// All four configurations (libbinder's pool / --threads 2, with / without EAS), one
+        /// boot each, and one table of their changes against the seed's (matrix.md).
+        #[arg(long, conflicts_with_all = ["threads"])]
+        matrix: bool,
+        /// Where matrix.md goes [default: target/lab/bench-matrix/<time>].
+        #[arg(long, requires = "matrix")]
+        out: Option<std::path::PathBuf>,
+        #[command(flatten)]
+        run: RunArgs,
+    },
+    /// Every table of the three seed mails: the seed's figure beside the lab's (median, 95%
+    /// CI) and whether the direction matches. Boots the perf and cbinder kernels.
+    Reproduce {
+        #[arg(long, value_enum, default_value = "full")]
+        profile: crate::measure::bench::Profile,
+        /// Where reproduce.md and reproduce.json go [default: target/lab/reproduce/<time>].
+        #[arg(long)]
+        out: Option<std::path::PathBuf>,
+        /// Re-render the tables of a finished reproduction (a directory with reproduce.json,
+        /// e.g. a nightly's `reproduce/`) without running anything.
+        #[arg(long)]
+        from: Option<std::path::PathBuf>,
+        #[command(flatten)]
+        run: RunArgs,
+    },
+    /// Everything for nightly CI into one artifact directory: kernels perf/debug/cbinder,
+    /// conformance on each, KUnit, a long fuzz on debug, CTABS checks and `reproduce`;
+    /// JUnit, JSON, KCIDB JSON and an HTML report. Non-zero exit on any failure, splat or
+    /// regression against --baseline.
+    Nightly {
+        #[arg(long, value_enum, default_value = "full")]
+        profile: crate::measure::bench::Profile,
+        /// Artifact directory [default: target/lab/nightly/<time>].
+        #[arg(long)]
+        out: Option<std::path::PathBuf>,
+        /// A previous nightly.json to compare against.
+        #[arg(long)]
+        baseline: Option<std::path::PathBuf>,
+        /// Percent by which a gated metric may be worse than the baseline.
+        #[arg(long, default_value_t = 10.0)]
+        threshold: f64,
+        /// Fuzzer operations on the debug kernel [default: 1000000; quick profile 20000].
+        #[arg(long)]
+        fuzz_ops: Option<u64>,
+        #[command(flatten)]
+        run: RunArgs,
+    },
+    /// Compare two nightly.json files (baseline, current) with the nightly's regression rule.
+    Compare {
+        baseline: std::path::PathBuf,
+        current: std::path::PathBuf,
+        #[arg(long, default_value_t = 10.0)]
+        threshold: f64,
+    },
+}
+
+/// The `lab` binary: parse, dispatch, and exit non-zero on an error.
+pub fn main() {
+    let cli = Cli::parse();
+    if let Err(e) = dispatch(cli.cmd) {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn dispatch(cmd: Cmd) -> Result<()> {
+    match cmd {
+        Cmd::Setup => setup::run(),
+        Cmd::Kernel { flavor } => kernel::build(&flavor),
+        Cmd::KernelLock => kernel::lock(),
+        Cmd::DriverTree => kernel::driver_tree(),
+        Cmd::DriverExport => kernel::driver_export(),
+        Cmd::DriverReset => kernel::driver_reset(),
+        Cmd::Run(args) => run::run(&args),
+        Cmd::Shell(args) => crate::harness::run::shell(&args.opts("shell")),
+        Cmd::Conformance(args) => run::suite(&args, "conformance"),
+        Cmd::Fuzz(args) => run::suite(&args, "fuzz"),
+        Cmd::Test => test::run(),
+        Cmd::DriverCheck => crate::kbuild::driver_check::run(),
+        Cmd::Bench { profile, reps, matrix: true, out, run, .. } => bench::matrix(profile, reps, out, &run),
+        Cmd::Bench { profile, reps, threads, run, .. } => bench::run(profile, reps, threads, &run),
+        Cmd::Reproduce { from: Some(dir), .. } => reproduce::rerender(&dir),
+        Cmd::Reproduce { profile, out, run, from: None } => reproduce::run(profile, out, &run),
+        Cmd::Nightly { profile, out, baseline, threshold, fuzz_ops, run } => {
+            nightly::command(profile, out, baseline, threshold, fuzz_ops, &run)
+        }
+        Cmd::Compare { baseline, current, threshold } => compare::run(&baseline, &current, threshold),
+    }
+}

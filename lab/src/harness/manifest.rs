@@ -1,0 +1,76 @@
+//! `manifest.json` of a run: host, QEMU, kernel, board, command line and a reproducer.
+
+use crate::harness::opts::RunOpts;
+use crate::harness::outcome::{Outcome, Verdict};
+use crate::harness::prepare::Prepared;
+use crate::harness::qemu::{self, Tcg, VmSpec};
+use crate::support::fs::{sha256_file, sha256_hex, write_atomic};
+use crate::support::stamp::utc_stamp;
+use anyhow::Result;
+use serde::Serialize;
+use std::path::Path;
+
+#[derive(Serialize)]
+struct Manifest<'a> {
+    started_utc: String,
+    host_cpu: String,
+    host_cpus: usize,
+    host_loadavg: String,
+    qemu: String,
+    kernel_flavor: &'a str,
+    kernel_release: String,
+    kernel_key: &'a str,
+    kernel_config_sha256: String,
+    board: &'a str,
+    board_file_sha256: String,
+    /// The board's energy model was in the DTB (EAS on).
+    eas: bool,
+    plan: &'a str,
+    cmdline: &'a str,
+    tcg: Tcg,
+    vcpu_threads: &'a [(i64, i64)],
+    pinned: bool,
+    boot_s: Option<f64>,
+    wall_s: f64,
+    verdict: &'a Verdict,
+    reproducer: String,
+}
+
+pub fn write_manifest(
+    dir: &Path,
+    p: &Prepared,
+    spec: &VmSpec,
+    o: &Outcome,
+    vcpus: &[(i64, i64)],
+    opts: &RunOpts,
+) -> Result<()> {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let host_cpu = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name").map(|v| v.trim_start_matches([' ', '\t', ':']).to_string()))
+        .unwrap_or_default();
+    let m = Manifest {
+        started_utc: utc_stamp(),
+        host_cpu,
+        host_cpus: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        host_loadavg: std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim().to_string(),
+        qemu: qemu::version().unwrap_or_default(),
+        kernel_flavor: &p.kernel.flavor,
+        kernel_release: p.kernel.kernel_release(),
+        kernel_key: &p.kernel.key,
+        kernel_config_sha256: sha256_file(&p.kernel.config()).unwrap_or_default(),
+        board: p.board.name(),
+        board_file_sha256: sha256_hex(p.board.source().as_bytes()),
+        eas: p.board.has_eas(),
+        plan: &p.plan.name,
+        cmdline: &spec.append,
+        tcg: opts.tcg,
+        vcpu_threads: vcpus,
+        pinned: opts.pin,
+        boot_s: o.boot_s,
+        wall_s: o.wall_s,
+        verdict: &o.verdict,
+        reproducer: qemu::shell_line(&spec.argv()),
+    };
+    write_atomic(&dir.join("manifest.json"), serde_json::to_string_pretty(&m)?.as_bytes())
+}

@@ -1,0 +1,105 @@
+//! What a run is asked to do: the options, and the plan and board files they name.
+
+use crate::harness::qemu::Tcg;
+use crate::support::paths;
+use anyhow::{bail, Context, Result};
+use labproto::Plan;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+#[derive(Clone, Debug)]
+pub struct RunOpts {
+    /// Board name in board/ (`sa8155p`) or a path to a board file.
+    pub board: String,
+    /// Plan name in rootfs/plans/ (`default`) or a path to a plan file.
+    pub plan: String,
+    pub flavor: String,
+    pub tcg: Tcg,
+    pub icount_shift: u32,
+    /// Extra files for the initramfs (e.g. the user's own static binder clients).
+    pub overlay: Option<PathBuf>,
+    pub boot_timeout: Duration,
+    /// Show the console live on stderr.
+    pub echo: bool,
+    /// Pin vCPU threads to host CPUs (round-robin).
+    pub pin: bool,
+    /// Appended to the kernel command line.
+    pub append: Vec<String>,
+    /// Short label for the run directory.
+    pub name: String,
+    /// Boot the board without its energy model (no OPP tables, so no cpufreq and no EAS).
+    pub no_eas: bool,
+}
+
+impl Default for RunOpts {
+    fn default() -> Self {
+        RunOpts {
+            board: "sa8155p".into(),
+            plan: "default".into(),
+            flavor: "perf".into(),
+            // Boots fastest here: 8 vCPU threads on a 2-core host contend under MTTCG.
+            tcg: Tcg::Single,
+            icount_shift: 3,
+            overlay: None,
+            boot_timeout: Duration::from_secs(60),
+            echo: false,
+            pin: false,
+            append: vec![],
+            name: String::new(),
+            no_eas: false,
+        }
+    }
+}
+
+/// Resolves `name` as a file in `dir` with `ext`, or as a path.
+fn resolve(name: &str, dir: &Path, ext: &str, what: &str) -> Result<PathBuf> {
+    let p = Path::new(name);
+    if p.is_file() {
+        return Ok(p.to_path_buf());
+    }
+    let in_dir = dir.join(format!("{name}.{ext}"));
+    if in_dir.is_file() {
+        return Ok(in_dir);
+    }
+    let known: Vec<String> = std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.flatten()
+                .filter_map(|e| e.file_name().to_str()?.strip_suffix(&format!(".{ext}")).map(String::from))
+                .collect()
+        })
+        .unwrap_or_default();
+    bail!("no {what} {name:?}: give a path or one of: {}", known.join(", "))
+}
+
+pub fn plans_dir() -> PathBuf {
+    paths::repo().join("rootfs/plans")
+}
+
+pub fn load_plan(name: &str) -> Result<Plan> {
+    let path = resolve(name, &plans_dir(), "toml", "plan")?;
+    let text = std::fs::read_to_string(&path)?;
+    let plan: Plan = toml::from_str(&text).with_context(|| format!("{} is not a valid plan", path.display()))?;
+    Ok(plan)
+}
+
+pub fn load_board(name: &str) -> Result<board::Board> {
+    let path = resolve(name, &paths::board_dir(), "toml", "board")?;
+    Ok(board::Board::load(&path)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shipped_plans_and_boards_load() {
+        for plan in ["default", "panic", "hang"] {
+            load_plan(plan).unwrap();
+        }
+        for b in ["sa8155p", "sm8150-upstream", "symmetric"] {
+            load_board(b).unwrap();
+        }
+        let e = load_plan("nope").unwrap_err().to_string();
+        assert!(e.contains("default"), "{e}");
+    }
+}

@@ -1,0 +1,6 @@
+//! Stage 1: the host toolchain and downloads (apt, rust-src, bindgen, busybox). Imports only
+//! `support`.
+
+pub mod apt;
+pub mod downloads;
+pub mod toolchain;

@@ -1,0 +1,7 @@
+//! Stage 0: what every stage uses (paths, files, processes, time stamps). Imports nothing
+//! from the other stages.
+
+pub mod fs;
+pub mod paths;
+pub mod process;
+pub mod stamp;
