@@ -575,42 +575,48 @@ fn validate(raw: BoardFile, file: &str) -> Result<Board, BoardError> {
 
     check_eas_board(&cx, &board)?;
 
-    // [expect] must agree with what the data implies.
     if let Some(exp) = raw.expect {
-        if let Some(costs) = exp.em_cost {
-            let computed: Vec<u64> = board.clusters.iter().filter_map(|c| crate::eas::em_cost(&board, c)).collect();
-            check_stated_per(
-                &cx,
-                "expect.em_cost",
-                &costs,
-                &computed,
-                ("cluster", &format!("{} clusters", board.clusters.len())),
-                "power * 10 / capacity as kernel/power/energy_model.c computes it from the cluster's eas data",
-            )?;
-        }
-        let computed = topology::expected_topology(&board);
-        if let Some(caps) = exp.cpu_capacity {
-            check_stated(
-                &cx,
-                "expect.cpu_capacity",
-                &caps,
-                &computed.iter().map(|e| e.capacity).collect::<Vec<_>>(),
-                smp,
-                "capacity_dmips_mhz * max clock, normalised to 1024 as drivers/base/arch_topology.c does",
-            )?;
-        }
-        if let Some(ids) = exp.cluster_id {
-            check_stated(
-                &cx,
-                "expect.cluster_id",
-                &ids,
-                &computed.iter().map(|e| e.cluster_id).collect::<Vec<_>>(),
-                smp,
-                "the cpu-map cluster index (cpu_map.layout = \"single\" puts every CPU in cluster 0)",
-            )?;
-        }
+        check_expect(&cx, &board, exp)?;
     }
     Ok(board)
+}
+
+/// `[expect]` must agree with what the data implies.
+fn check_expect(cx: &Ctx<'_>, board: &Board, exp: ExpectFile) -> Result<(), BoardError> {
+    let smp = board.smp;
+    if let Some(costs) = exp.em_cost {
+        let computed: Vec<u64> = board.clusters.iter().filter_map(|c| crate::eas::em_cost(board, c)).collect();
+        check_stated_per(
+            cx,
+            "expect.em_cost",
+            &costs,
+            &computed,
+            ("cluster", &format!("{} clusters", board.clusters.len())),
+            "power * 10 / capacity as kernel/power/energy_model.c computes it from the cluster's eas data",
+        )?;
+    }
+    let computed = topology::expected_topology(board);
+    if let Some(caps) = exp.cpu_capacity {
+        check_stated(
+            cx,
+            "expect.cpu_capacity",
+            &caps,
+            &computed.iter().map(|e| e.capacity).collect::<Vec<_>>(),
+            smp,
+            "capacity_dmips_mhz * max clock, normalised to 1024 as drivers/base/arch_topology.c does",
+        )?;
+    }
+    if let Some(ids) = exp.cluster_id {
+        check_stated(
+            cx,
+            "expect.cluster_id",
+            &ids,
+            &computed.iter().map(|e| e.cluster_id).collect::<Vec<_>>(),
+            smp,
+            "the cpu-map cluster index (cpu_map.layout = \"single\" puts every CPU in cluster 0)",
+        )?;
+    }
+    Ok(())
 }
 
 fn check_stated<T: PartialEq + fmt::Debug>(
