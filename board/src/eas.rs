@@ -91,6 +91,19 @@ pub struct EasObserved {
     pub log: Vec<String>,
 }
 
+/// The scheduler's perf domains (cpus, number of performance states) from its last
+/// `root_domain 0-7: pd7:{ cpus=7 nr_pstate=1 } pd4:{ ... }` line (sched_verbose).
+pub fn perf_domains(log: &[String]) -> Vec<(String, u32)> {
+    let Some(line) = log.iter().rev().find(|l| l.contains("root_domain") && l.contains("nr_pstate=")) else {
+        return vec![];
+    };
+    let field = |part: &str, key: &str| part.split(key).nth(1)?.split_whitespace().next().map(str::to_string);
+    line.split(" pd")
+        .skip(1)
+        .filter_map(|part| Some((field(part, "cpus=")?, field(part, "nr_pstate=")?.parse().ok()?)))
+        .collect()
+}
+
 fn same_cpus(a: Option<&str>, b: &str) -> bool {
     a.and_then(parse_cpulist).is_some_and(|v| Some(v) == parse_cpulist(b))
 }
@@ -113,6 +126,13 @@ pub fn compare_eas(board: &Board, o: &EasObserved) -> Vec<String> {
     }
     if !o.log.iter().any(|l| l.contains("starting EAS")) {
         out.push(format!("board: EAS, guest: no \"starting EAS\" in the kernel log ({:?})", o.log));
+    }
+    let mut pds = perf_domains(&o.log);
+    pds.sort();
+    let mut want: Vec<(String, u32)> = expected_domains(board).into_iter().map(|d| (d.cpus, 1)).collect();
+    want.sort();
+    if pds != want {
+        out.push(format!("board: perf domains (cpus, OPPs) {want:?}, guest scheduler: {pds:?}"));
     }
     for d in expected_domains(board) {
         match o.policies.iter().find(|p| same_cpus(p.cpus.as_deref(), &d.cpus)) {

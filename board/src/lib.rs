@@ -20,8 +20,8 @@ mod topology;
 
 pub use dtb::{dtb_to_dts, generate_dtb, qemu_dtb_key};
 pub use eas::{
-    compare_eas, em_cost, expected_domains, opp_power_uw, DomainExpect, DomainObserved, EasObserved, PolicyObserved,
-    StateObserved,
+    compare_eas, em_cost, expected_domains, opp_power_uw, perf_domains, DomainExpect, DomainObserved, EasObserved,
+    PolicyObserved, StateObserved,
 };
 pub use schema::{parse_memory, Board, BoardError, Cache, Cluster, ClusterEas, CpuMap, CpuMapLayout};
 pub use topology::{

@@ -520,7 +520,12 @@ fn eas_report(b: &Board) -> EasObserved {
                 }],
             })
             .collect(),
-        log: vec!["sched_energy_set: starting EAS".into()],
+        log: vec![
+            "sched_energy_set: stopping EAS".into(),
+            "sched_energy_set: starting EAS".into(),
+            "root_domain 0-7: pd7:{ cpus=7 nr_pstate=1 } pd4:{ cpus=4-6 nr_pstate=1 } pd0:{ cpus=0-3 nr_pstate=1 }"
+                .into(),
+        ],
     }
 }
 
@@ -537,7 +542,12 @@ fn compare_eas_reports_mismatches() {
     bad.energy_model.pop();
     bad.log.clear();
     let m = compare_eas(&b, &bad);
-    assert_eq!(m.len(), 6, "{m:#?}");
+    assert_eq!(m.len(), 7, "{m:#?}");
+    assert!(m.iter().any(|l| l.contains("perf domains") && l.contains("guest scheduler: []")), "{m:#?}");
+    let mut three_opps = good.clone();
+    three_opps.log[2] = three_opps.log[2].replace("cpus=7 nr_pstate=1", "cpus=7 nr_pstate=3");
+    assert_eq!(perf_domains(&three_opps.log)[0], ("7".to_string(), 3));
+    assert_eq!(compare_eas(&b, &three_opps).len(), 1);
     assert!(m[0].contains("sched_energy_aware Some(\"\")"), "{m:#?}");
     assert!(m.iter().any(|l| l.contains("cpus 4-6 governor schedutil, guest: Some(\"performance\")")), "{m:#?}");
     assert!(m.iter().any(|l| l.contains("cpus 7 at 2841600 kHz")), "{m:#?}");

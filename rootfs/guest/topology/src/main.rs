@@ -139,10 +139,23 @@ fn eas(sysctl: &Path, cpufreq: &Path, em: &Path, log: Vec<String>) -> Value {
     })
 }
 
-/// The kernel's EAS messages since boot ("sched_energy_set: starting EAS", "Checking EAS ...").
-fn eas_log() -> Vec<String> {
-    let Ok(mut k) = binder::testkit::kmsg::Kmsg::open_at_start() else { return vec![] };
-    k.read_new().into_iter().map(|r| r.text).filter(|t| t.contains("EAS")).collect()
+/// Whether the scheduler really runs EAS on perf domains: it logs that only while
+/// sched_verbose is on, so with verbose on (the caller's [`VerboseGuard`]) turn
+/// sched_energy_aware off and on again, which rebuilds the domains, and return the kernel's
+/// lines ("sched_energy_set: stopping EAS", "... starting EAS", "root_domain 0-7: pd7:{ cpus=7
+/// nr_pstate=1 } ..."). Nothing is touched unless EAS is possible (the sysctl reads 1).
+fn eas_probe(sysctl: &Path) -> Vec<String> {
+    if read_trim(sysctl).as_deref() != Some("1") {
+        return vec![];
+    }
+    let Ok(mut k) = binder::testkit::kmsg::Kmsg::open_at_end() else { return vec![] };
+    let toggled = fs::write(sysctl, "0").is_ok() && fs::write(sysctl, "1").is_ok();
+    let mut lines: Vec<String> =
+        k.read_new().into_iter().map(|r| r.text).filter(|t| t.contains("EAS") || t.contains(" pd")).collect();
+    if !toggled {
+        lines.push(format!("topology: could not write {}", sysctl.display()));
+    }
+    lines
 }
 
 fn collect(sys_cpu: &Path, domains: &Path) -> (Status, Option<String>, Value) {
@@ -195,12 +208,10 @@ fn main() {
     let domains = Path::new("/sys/kernel/debug/sched/domains");
     let guard = VerboseGuard::enable(Path::new("/sys/kernel/debug/sched/verbose"), domains);
     let (status, message, mut data) = collect(Path::new("/sys/devices/system/cpu"), domains);
-    data["eas"] = eas(
-        Path::new("/proc/sys/kernel/sched_energy_aware"),
-        Path::new("/sys/devices/system/cpu/cpufreq"),
-        Path::new("/sys/kernel/debug/energy_model"),
-        eas_log(),
-    );
+    let sysctl = Path::new("/proc/sys/kernel/sched_energy_aware");
+    let log = eas_probe(sysctl);
+    data["eas"] =
+        eas(sysctl, Path::new("/sys/devices/system/cpu/cpufreq"), Path::new("/sys/kernel/debug/energy_model"), log);
     data["sched_verbose_toggled"] = guard.restore.into();
     drop(guard);
     report("topology", status, t.elapsed().as_secs_f64() * 1000.0, message, data);
