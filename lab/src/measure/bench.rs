@@ -38,7 +38,8 @@ const WORKLOADS: &[Workload] = &[
         // The seed ran 8 workers x 100k iterations on the phone; under TCG 8 x 3000 takes ~9 s.
         full: &["-w", "8", "-i", "3000"],
     },
-    Workload { bench: "tiers", program: "/bin/binder-tiers", quick: &["-i", "300"], full: &["-i", "2000"] },
+    // schd-dbg makes a new SCHED_FIFO thread per iteration: about 17 ms of emulated time each.
+    Workload { bench: "tiers", program: "/bin/binder-tiers", quick: &["-i", "300"], full: &["-i", "500"] },
     Workload {
         bench: "sendvec",
         program: "/bin/binder-sendvec",
