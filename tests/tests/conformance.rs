@@ -19,6 +19,7 @@ const CASES: &[&str] = &[
     "fd_passing",
     "free_buffer",
     "service_manager",
+    "thread_pool",
     "tc_deferral",
     "stress_shrinker",
     "bad_invalid_handle",
