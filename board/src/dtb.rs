@@ -44,24 +44,7 @@ pub fn generate_dtb(board: &Board, qemu_dtb: &[u8]) -> Result<Vec<u8>> {
     ensure!(fdt.boot_cpuid_phys() == 0, "QEMU DTB has boot_cpuid_phys {}, expected 0", fdt.boot_cpuid_phys());
     let mut tree = DeviceTree::from_fdt(&fdt);
     let mut phandles = Phandles::new(max_phandle(&tree.root))?;
-
-    // Root fixed clocks, one per board cluster.
-    let mut clk_phandles = Vec::new();
-    for (i, c) in board.clusters().iter().enumerate() {
-        let name = format!("clk-cluster{i}");
-        ensure!(tree.root.child(&name).is_none(), "QEMU DTB already has a /{name} node");
-        let ph = phandles.alloc()?;
-        clk_phandles.push(ph);
-        tree.root.add_child(
-            DeviceTreeNode::builder(name)?
-                .property(prop("compatible", "fixed-clock")?)
-                .property(prop("#clock-cells", 0u32)?)
-                .property(prop("clock-frequency", c.clock_hz())?)
-                .property(prop("clock-output-names", format!("cpu-clk-{}", c.name))?)
-                .property(prop("phandle", ph)?)
-                .build(),
-        );
-    }
+    let clk_phandles = add_cluster_clocks(&mut tree.root, board, &mut phandles)?;
 
     let opp_phandles = add_opp_tables(&mut tree, board, &mut phandles)?;
 
@@ -75,63 +58,93 @@ pub fn generate_dtb(board: &Board, qemu_dtb: &[u8]) -> Result<Vec<u8>> {
         board.smp(),
         board.smp()
     );
-
     let l3_phandle = match board.l3() {
         Some(_) => Some(phandles.alloc()?),
         None => None,
     };
-
     let mut cpu_phandles = Vec::with_capacity(cpu_names.len());
     for (idx, name) in cpu_names.iter().enumerate() {
         let cluster_idx = board.cluster_index_of(idx as u32).expect("validated: every cpu in a cluster");
-        let cluster = &board.clusters()[cluster_idx];
         let node = cpus.child_mut(name).expect("just listed");
-
-        let existing = ["phandle", "linux,phandle"]
-            .iter()
-            .find_map(|p| (*node).property(p).and_then(|v| v.value_as::<u32>().ok()));
-        let ph = match existing {
-            Some(p) => p,
-            None => {
-                let p = phandles.alloc()?;
-                node.add_property(prop("phandle", p)?);
-                p
-            }
-        };
-        cpu_phandles.push(ph);
-
-        node.add_property(prop("capacity-dmips-mhz", cluster.capacity_dmips_mhz)?);
-        node.add_property(prop("clocks", clk_phandles[cluster_idx])?);
+        let cluster = &board.clusters()[cluster_idx];
+        cpu_phandles.push(describe_cpu(node, cluster, clk_phandles[cluster_idx], l3_phandle, &mut phandles)?);
         if let (Some(e), Some(opp)) = (cluster.eas, opp_phandles[cluster_idx]) {
             node.add_property(prop("operating-points-v2", opp)?);
             node.add_property(prop("dynamic-power-coefficient", e.dynamic_power_coefficient)?);
         }
-        if let Some(c) = cluster.l1i {
-            add_cache_props(node, "i-cache-", c)?;
-        }
-        if let Some(c) = cluster.l1d {
-            add_cache_props(node, "d-cache-", c)?;
-        }
-        node.remove_child("l2-cache");
-        node.remove_property("next-level-cache");
-        if let Some(l2) = cluster.l2 {
-            let l2_ph = phandles.alloc()?;
-            let mut l2_node = cache_node("l2-cache", 2, l2, l2_ph)?;
-            if let Some(l3) = l3_phandle {
-                l2_node.add_property(prop("next-level-cache", l3)?);
-            }
-            node.add_child(l2_node);
-            node.add_property(prop("next-level-cache", l2_ph)?);
-        }
     }
-
     if let (Some(l3), Some(ph)) = (board.l3(), l3_phandle) {
         cpus.remove_child("l3-cache");
         cpus.add_child(cache_node("l3-cache", 3, l3, ph)?);
     }
-
-    // cpu-map: Linux's parse_socket/parse_cluster give cluster_id = clusterN index.
     cpus.remove_child("cpu-map");
+    cpus.add_child(cpu_map(board, &cpu_phandles)?);
+    Ok(tree.to_dtb())
+}
+
+/// Root fixed clocks, one per board cluster; returns their phandles.
+fn add_cluster_clocks(root: &mut DeviceTreeNode, board: &Board, phandles: &mut Phandles) -> Result<Vec<u32>> {
+    let mut clk_phandles = Vec::new();
+    for (i, c) in board.clusters().iter().enumerate() {
+        let name = format!("clk-cluster{i}");
+        ensure!(root.child(&name).is_none(), "QEMU DTB already has a /{name} node");
+        let ph = phandles.alloc()?;
+        clk_phandles.push(ph);
+        root.add_child(
+            DeviceTreeNode::builder(name)?
+                .property(prop("compatible", "fixed-clock")?)
+                .property(prop("#clock-cells", 0u32)?)
+                .property(prop("clock-frequency", c.clock_hz())?)
+                .property(prop("clock-output-names", format!("cpu-clk-{}", c.name))?)
+                .property(prop("phandle", ph)?)
+                .build(),
+        );
+    }
+    Ok(clk_phandles)
+}
+
+/// One cpu node: capacity, clock, L1 properties and its own L2 node; returns its phandle.
+fn describe_cpu(
+    node: &mut DeviceTreeNode,
+    cluster: &crate::schema::Cluster,
+    clock: u32,
+    l3_phandle: Option<u32>,
+    phandles: &mut Phandles,
+) -> Result<u32> {
+    let existing =
+        ["phandle", "linux,phandle"].iter().find_map(|p| (*node).property(p).and_then(|v| v.value_as::<u32>().ok()));
+    let ph = match existing {
+        Some(p) => p,
+        None => {
+            let p = phandles.alloc()?;
+            node.add_property(prop("phandle", p)?);
+            p
+        }
+    };
+    node.add_property(prop("capacity-dmips-mhz", cluster.capacity_dmips_mhz)?);
+    node.add_property(prop("clocks", clock)?);
+    if let Some(c) = cluster.l1i {
+        add_cache_props(node, "i-cache-", c)?;
+    }
+    if let Some(c) = cluster.l1d {
+        add_cache_props(node, "d-cache-", c)?;
+    }
+    node.remove_child("l2-cache");
+    node.remove_property("next-level-cache");
+    if let Some(l2) = cluster.l2 {
+        let l2_ph = phandles.alloc()?;
+        let mut l2_node = cache_node("l2-cache", 2, l2, l2_ph)?;
+        if let Some(l3) = l3_phandle {
+            l2_node.add_property(prop("next-level-cache", l3)?);
+        }
+        node.add_child(l2_node);
+        node.add_property(prop("next-level-cache", l2_ph)?);
+    }
+    Ok(ph)
+}
+
+/// cpu-map: Linux's parse_socket/parse_cluster give cluster_id = clusterN index.
+fn cpu_map(board: &Board, cpu_phandles: &[u32]) -> Result<DeviceTreeNode> {
     let mut map = DeviceTreeNode::new("cpu-map")?;
     let mut clusters = Vec::new();
     for (n, members) in cpu_map_clusters(board).iter().enumerate() {
@@ -150,9 +163,7 @@ pub fn generate_dtb(board: &Board, qemu_dtb: &[u8]) -> Result<Vec<u8>> {
     } else {
         clusters.into_iter().for_each(|c| map.add_child(c));
     }
-    cpus.add_child(map);
-
-    Ok(tree.to_dtb())
+    Ok(map)
 }
 
 /// One `operating-points-v2` table per cluster with EAS data (phandle per cluster, None

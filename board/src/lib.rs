@@ -15,6 +15,8 @@
 
 mod dtb;
 mod eas;
+mod expect;
+mod load;
 mod schema;
 mod topology;
 

@@ -370,6 +370,15 @@ fn sa8155p_dtb() {
     assert_eq!(u32_prop(&l3, "cache-level"), 3);
     assert_eq!(u32_prop(&l3, "cache-size"), 2 << 20);
     assert_eq!(u32_prop(&l3, "cache-sets"), 2048);
+}
+
+#[test]
+fn sa8155p_dtb_cpu_map_and_the_rest_untouched() {
+    let out = generate_dtb(&sa8155p(), FIXTURE).unwrap();
+    let fdt = Fdt::new(&out).unwrap();
+    let orig = Fdt::new(FIXTURE).unwrap();
+    let phandles = phandle_map(&fdt);
+    let by_phandle = |ph: u32| fdt.find_node(&phandles[&ph]).unwrap();
 
     // cpu-map: socket0 with clusters of 4/3/1, cores pointing at the right cpus.
     let socket = fdt.find_node("/cpus/cpu-map/socket0").unwrap();
@@ -420,7 +429,15 @@ fn sa8155p_dtb() {
             "opp-table-cluster2"
         ]
     );
+}
 
+#[test]
+fn sa8155p_dtb_eas() {
+    let out = generate_dtb(&sa8155p(), FIXTURE).unwrap();
+    let fdt = Fdt::new(&out).unwrap();
+    let phandles = phandle_map(&fdt);
+    let by_phandle = |ph: u32| fdt.find_node(&phandles[&ph]).unwrap();
+    let cpus = cpu_nodes(&fdt);
     // EAS: every cpu links its cluster's OPP table (one shared OPP at the fixed clock) and
     // carries sm8150.dtsi's dynamic-power-coefficient.
     for (i, c) in cpus.iter().enumerate() {

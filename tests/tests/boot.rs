@@ -57,6 +57,21 @@ fn kernel_panic_is_reported_with_its_text() {
     assert!(latency <= 5.0, "panic reported {latency:.1} s after it was seen");
 }
 
+/// `lab`'s exit codes tell a kernel fault and a harness error from a failed test (README,
+/// "Exit codes").
+#[test]
+fn exit_codes_name_the_failure() {
+    let status = |args: &[&str]| {
+        let out = std::process::Command::new(lab_tests::lab_bin()).args(args).output().unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (code, err) = status(&["run", "--plan", "panic"]);
+    assert_eq!(code, Some(201), "kernel panic: {err}");
+    let (code, err) = status(&["run", "--board", "no-such-board"]);
+    assert_eq!(code, Some(203), "harness error: {err}");
+    assert!(err.contains("no board \"no-such-board\""), "{err}");
+}
+
 #[test]
 fn hanging_step_is_a_timeout_with_console_tail() {
     let o = run::run(&opts("sa8155p", "hang")).unwrap();

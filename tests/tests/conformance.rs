@@ -49,7 +49,9 @@ fn assert_all_pass(o: &Outcome, step: &str, cases: &[&str]) {
     for c in cases {
         assert!(junit.contains(&format!("name=\"{step}/{c}\"")), "{c} missing from junit.xml");
     }
-    assert!(junit.contains(&format!("tests=\"{}\" failures=\"0\"", cases.len())), "{junit}");
+    let head = junit.lines().nth(1).unwrap_or_default();
+    assert!(head.contains(&format!("tests=\"{}\"", cases.len())) && head.contains("failures=\"0\""), "{junit}");
+    assert!(junit.contains("<property name=\"flavor\""), "run properties in junit.xml: {junit}");
     let tap = std::fs::read_to_string(o.dir.join("results.tap")).expect("results.tap in the run directory");
     assert!(tap.starts_with(&format!("TAP version 13\n1..{}\n", cases.len())), "{tap}");
     assert!(!tap.contains("not ok"));

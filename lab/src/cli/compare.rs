@@ -1,10 +1,11 @@
 //! `lab compare OLD.json NEW.json`: the nightly's regression rule on two files.
 
-use crate::cli::nightly::{compare, load_baseline, Verdict};
+use crate::harness::outcome::Exit;
+use crate::measure::gate::{compare, load_baseline, Verdict};
 use anyhow::Result;
 use std::path::Path;
 
-pub fn run(baseline: &Path, current: &Path, threshold: f64) -> Result<()> {
+pub fn run(baseline: &Path, current: &Path, threshold: f64) -> Result<Exit> {
     let cur = load_baseline(current)?;
     let c = compare(&load_baseline(baseline)?, &cur, threshold);
     let mut regressed = 0;
@@ -20,8 +21,5 @@ pub fn run(baseline: &Path, current: &Path, threshold: f64) -> Result<()> {
         regressed += usize::from(x.verdict == Verdict::Regressed);
     }
     println!("{} gated metrics compared, {regressed} regressed (threshold {threshold}%)", c.len());
-    if regressed > 0 {
-        std::process::exit(1);
-    }
-    Ok(())
+    Ok(if regressed > 0 { Exit::TestFailure } else { Exit::Ok })
 }

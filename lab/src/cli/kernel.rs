@@ -13,7 +13,8 @@ pub fn build(flavor: &str) -> Result<()> {
 }
 
 pub fn lock() -> Result<()> {
-    pin::kernel_lock(&paths::cache())
+    println!("{}", pin::kernel_lock(&paths::cache())?);
+    Ok(())
 }
 
 pub fn driver_tree() -> Result<()> {
@@ -43,5 +44,5 @@ fn prepared_tree(cache: &Path) -> Result<(PathBuf, std::fs::File)> {
     let lock = pin::Lock::load(&pin::Lock::path())?;
     let deb = pin::ensure_kernel_deb(cache, &lock)?;
     let t = tree::ensure_unpacked(cache, &lock, &deb)?;
-    Ok((t, tree::lock(cache)?))
+    Ok((t, tree::lock(cache, "a driver-tree command")?))
 }

@@ -11,6 +11,7 @@ pub mod run;
 pub mod setup;
 pub mod test;
 
+use crate::harness::outcome::Exit;
 use anyhow::Result;
 use args::RunArgs;
 use clap::{Parser, Subcommand};
@@ -120,32 +121,37 @@ pub enum Cmd {
     },
 }
 
-/// The `lab` binary: parse, dispatch, and exit non-zero on an error.
+/// The `lab` binary: parse, dispatch, exit with the command's [`Exit`] code (an error is a
+/// harness error; clap exits 2 on a bad command line).
 pub fn main() {
     let cli = Cli::parse();
-    if let Err(e) = dispatch(cli.cmd) {
+    let exit = execute(cli.cmd).unwrap_or_else(|e| {
         eprintln!("error: {e:#}");
-        std::process::exit(1);
-    }
+        Exit::HarnessError
+    });
+    exit.exit()
 }
 
-fn dispatch(cmd: Cmd) -> Result<()> {
+/// Runs one command; the exit it calls for.
+pub fn execute(cmd: Cmd) -> Result<Exit> {
+    let done = |r: Result<()>| r.map(|()| Exit::Ok);
     match cmd {
-        Cmd::Setup => setup::run(),
-        Cmd::Kernel { flavor } => kernel::build(&flavor),
-        Cmd::KernelLock => kernel::lock(),
-        Cmd::DriverTree => kernel::driver_tree(),
-        Cmd::DriverExport => kernel::driver_export(),
-        Cmd::DriverReset => kernel::driver_reset(),
+        Cmd::Setup => done(setup::run()),
+        Cmd::Kernel { flavor } => done(kernel::build(&flavor)),
+        Cmd::KernelLock => done(kernel::lock()),
+        Cmd::DriverTree => done(kernel::driver_tree()),
+        Cmd::DriverExport => done(kernel::driver_export()),
+        Cmd::DriverReset => done(kernel::driver_reset()),
+        Cmd::Shell(args) => done(crate::harness::run::shell(&args.opts("shell"))),
+        Cmd::Test => test::run(),
+        Cmd::DriverCheck => done(crate::kbuild::driver_check::run()),
+        Cmd::Reproduce { from: Some(dir), .. } => done(reproduce::rerender(&dir)),
+        // The commands that boot guests exit with what they found.
         Cmd::Run(args) => run::run(&args),
-        Cmd::Shell(args) => crate::harness::run::shell(&args.opts("shell")),
         Cmd::Conformance(args) => run::suite(&args, "conformance"),
         Cmd::Fuzz(args) => run::suite(&args, "fuzz"),
-        Cmd::Test => test::run(),
-        Cmd::DriverCheck => crate::kbuild::driver_check::run(),
         Cmd::Bench { profile, reps, matrix: true, out, run, .. } => bench::matrix(profile, reps, out, &run),
         Cmd::Bench { profile, reps, threads, run, .. } => bench::run(profile, reps, threads, &run),
-        Cmd::Reproduce { from: Some(dir), .. } => reproduce::rerender(&dir),
         Cmd::Reproduce { profile, out, run, from: None } => reproduce::run(profile, out, &run),
         Cmd::Nightly { profile, out, baseline, threshold, fuzz_ops, run } => {
             nightly::command(profile, out, baseline, threshold, fuzz_ops, &run)

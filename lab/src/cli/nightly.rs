@@ -8,23 +8,23 @@
 //! and on a metric that is worse than the baseline file by more than the threshold.
 
 use crate::harness::opts::{load_plan, RunOpts};
-use crate::harness::outcome::Outcome;
+use crate::harness::outcome::{Exit, Outcome};
 use crate::harness::qemu;
 use crate::kbuild::pin as lock;
 use crate::kbuild::{kernel, tree};
 use crate::measure::bench::Profile;
+use crate::measure::gate::{better, compare, flatten, load_baseline, unit_of, Comparison, Metric, Metrics, Verdict};
 use crate::measure::reproduce;
-use crate::measure::samples::Row;
-use crate::report::{self, html, kcidb};
-use crate::support::fs::sha256_file;
-use crate::support::paths;
+use crate::report::nightly::{self as report_nightly, rel, BuildRec, Env, Figure, Night, Page, Stage};
+use crate::report::{self, kcidb};
 use crate::support::stamp::{rfc3339_now, utc_stamp};
+use crate::support::{paths, progress};
 use anyhow::{Context, Result};
 use labproto::{Plan, Step};
-use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use serde::Serialize;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Instant;
 
 pub const FLAVORS: [&str; 3] = ["perf", "debug", "cbinder"];
@@ -43,165 +43,6 @@ pub struct Opts {
     /// TCG mode of the benchmarks (icount by default: repeatable, so the regression gate
     /// sees the code, not the host's load).
     pub measure_tcg: qemu::Tcg,
-}
-
-/// One kernel build.
-#[derive(Clone, Debug, Serialize)]
-pub struct BuildRec {
-    pub flavor: String,
-    pub key: Option<String>,
-    pub release: Option<String>,
-    pub wall_s: f64,
-    pub error: Option<String>,
-}
-
-/// One guest run of the nightly, and where its files were copied.
-pub struct Stage {
-    pub name: String,
-    pub kind: &'static str,
-    pub flavor: String,
-    pub started: String,
-    pub result: std::result::Result<Outcome, String>,
-    pub artifacts: PathBuf,
-}
-
-impl Stage {
-    pub fn problems(&self) -> Vec<String> {
-        match &self.result {
-            Ok(o) => o.problems(),
-            Err(e) => vec![format!("did not run: {e}")],
-        }
-    }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Better {
-    Higher,
-    Lower,
-}
-
-/// `seed000.throughput.avg_ms` of `seed000.throughput.avg_ms.m1`.
-fn without_mode(metric: &str) -> &str {
-    metric.rsplit_once(".m").map(|(m, _)| m).unwrap_or(metric)
-}
-
-/// Which metrics gate, and which way is better. Tier latencies, shares and counters are
-/// reported but not gated: their spread under TCG is too wide for a fixed threshold.
-pub fn better(metric: &str) -> Option<Better> {
-    let m = without_mode(metric);
-    if m.ends_with("iterations_per_sec") || m.ends_with("ops_per_s") {
-        return Some(Better::Higher);
-    }
-    let latency = ["throughput.avg_ms", "throughput.p50_ms", "throughput.p99_ms"].iter().any(|s| m.ends_with(s));
-    let sendvec = m.contains(".sendvec.") && (m.ends_with(".time_ns") || m.ends_with(".cpu_ns"));
-    (latency || sendvec).then_some(Better::Lower)
-}
-
-/// A metric's value in `nightly.json`; `lo`/`hi` are the 95% CI when there is one.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Metric {
-    pub value: f64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub lo: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub hi: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub better: Option<Better>,
-}
-
-pub type Metrics = BTreeMap<String, Metric>;
-
-/// `seed000.throughput.iterations_per_sec.m0` for each mode of each row.
-pub fn flatten(rows: &BTreeMap<String, Row>) -> Metrics {
-    let mut out = Metrics::new();
-    for (name, row) in rows {
-        for (mode, e) in &row.per_mode {
-            let key = format!("{name}.m{mode}");
-            let better = better(&key);
-            out.insert(key, Metric { value: e.value, lo: Some(e.lo), hi: Some(e.hi), better });
-        }
-    }
-    out
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Verdict {
-    Ok,
-    Improved,
-    Regressed,
-    /// In the baseline, not in this run.
-    Missing,
-}
-
-#[derive(Clone, Debug, Serialize)]
-pub struct Comparison {
-    pub metric: String,
-    pub baseline: f64,
-    pub current: Option<Metric>,
-    /// Positive is worse, in %.
-    pub worse_pct: Option<f64>,
-    pub verdict: Verdict,
-}
-
-/// Compares the gated metrics. A metric regresses when it is worse than the baseline by more
-/// than `threshold_pct` and the baseline value lies outside this run's 95% CI (so one noisy
-/// run alone does not fail the night).
-pub fn compare(baseline: &Metrics, current: &Metrics, threshold_pct: f64) -> Vec<Comparison> {
-    let mut out = vec![];
-    for (name, b) in baseline {
-        let Some(dir) = better(name) else { continue };
-        let Some(c) = current.get(name) else {
-            out.push(Comparison {
-                metric: name.clone(),
-                baseline: b.value,
-                current: None,
-                worse_pct: None,
-                verdict: Verdict::Missing,
-            });
-            continue;
-        };
-        if b.value == 0.0 || !b.value.is_finite() {
-            continue;
-        }
-        let change = (c.value - b.value) / b.value * 100.0;
-        let worse = if dir == Better::Higher { -change } else { change };
-        let outside = match (c.lo, c.hi) {
-            (Some(lo), Some(hi)) => b.value < lo || b.value > hi,
-            _ => true,
-        };
-        let verdict = if worse > threshold_pct && outside {
-            Verdict::Regressed
-        } else if worse < -threshold_pct && outside {
-            Verdict::Improved
-        } else {
-            Verdict::Ok
-        };
-        out.push(Comparison {
-            metric: name.clone(),
-            baseline: b.value,
-            current: Some(c.clone()),
-            worse_pct: Some(worse),
-            verdict,
-        });
-    }
-    out
-}
-
-/// Reads the metrics of a baseline: a previous `nightly.json`, or any JSON object with a
-/// `metrics` map of `{"value": ...}`.
-pub fn load_baseline(path: &Path) -> Result<Metrics> {
-    #[derive(Deserialize)]
-    struct File {
-        metrics: Metrics,
-    }
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("reading the baseline {}: give a previous nightly.json", path.display()))?;
-    let f: File = serde_json::from_str(&text).with_context(|| {
-        format!("{} is not a baseline: it needs {{\"metrics\": {{\"<name>\": {{\"value\": <number>}}}}}}, as in nightly.json", path.display())
-    })?;
-    Ok(f.metrics)
 }
 
 /// Copies a run directory, leaving out the initramfs: it is large, and the manifest records
@@ -250,6 +91,30 @@ pub struct Nightly {
 }
 
 impl Nightly {
+    /// What the reports show of the night.
+    pub fn night<'a>(&'a self, out: &'a Path) -> Night<'a> {
+        Night { builds: &self.builds, stages: &self.stages, out, lab_commit: &self.lab_commit }
+    }
+
+    /// The exit code: the worst stage, a harness error for a build, reproduction or KCIDB
+    /// failure, a test failure for a regression.
+    pub fn exit(&self) -> Exit {
+        let stages = self.stages.iter().map(|s| s.result.as_ref().map(Outcome::exit).unwrap_or(Exit::HarnessError));
+        let repro = self.reproduce.iter().flat_map(|r| r.outcomes().map(Outcome::exit).collect::<Vec<_>>());
+        let harness = self.builds.iter().any(|b| b.error.is_some())
+            || self.reproduce_error.is_some()
+            || self.kcidb_error.is_some();
+        let regressed = self.comparisons.iter().any(|c| c.verdict == Verdict::Regressed);
+        stages
+            .chain(repro)
+            .chain([
+                if harness { Exit::HarnessError } else { Exit::Ok },
+                if regressed { Exit::TestFailure } else { Exit::Ok },
+            ])
+            .max()
+            .unwrap_or(Exit::Ok)
+    }
+
     /// Every reason to fail, one line each.
     pub fn failures(&self) -> Vec<String> {
         let mut f = vec![];
@@ -266,9 +131,10 @@ impl Nightly {
         }
         if let Some(e) = &self.kcidb_error {
             f.push(format!(
-                "kcidb.json does not validate against KCIDB schema {}.{}: {e}",
+                "kcidb.json against KCIDB schema {}.{} ({}): {e}",
                 kcidb::VERSION.0,
-                kcidb::VERSION.1
+                kcidb::VERSION.1,
+                crate::provision::kcidb_io::KCIDB_IO
             ));
         }
         for c in &self.comparisons {
@@ -304,46 +170,9 @@ pub fn run(opts: &Opts) -> Result<Nightly> {
     let t0 = Instant::now();
     std::fs::create_dir_all(&opts.out).with_context(|| format!("creating {}", opts.out.display()))?;
     let baseline = opts.baseline.as_deref().map(load_baseline).transpose()?;
-
-    let mut builds = vec![];
-    for flavor in FLAVORS {
-        eprintln!("lab nightly: kernel {flavor}");
-        let t = Instant::now();
-        let r = kernel::build(flavor);
-        builds.push(BuildRec {
-            flavor: flavor.into(),
-            key: r.as_ref().ok().map(|b| b.key.clone()),
-            release: r.as_ref().ok().map(|b| b.kernel_release()),
-            wall_s: t.elapsed().as_secs_f64(),
-            error: r.err().map(|e| format!("{e:#}")),
-        });
-    }
-
-    let fuzz = fuzz_plan(opts.fuzz_ops);
-    let load = |name: &str| load_plan(name).map_err(|e| format!("{e:#}"));
-    let conformance = load("conformance");
-    let plans: Vec<(&str, &'static str, &str, std::result::Result<Plan, String>)> = vec![
-        ("conformance-perf", "conformance", "perf", conformance.clone()),
-        ("conformance-debug", "conformance", "debug", conformance.clone()),
-        ("conformance-cbinder", "conformance", "cbinder", conformance),
-        ("kunit-debug", "kunit", "debug", load("kunit")),
-        ("ctabs-perf", "ctabs", "perf", load("ctabs")),
-        ("fuzz-debug", "fuzz", "debug", Ok(fuzz)),
-    ];
-    let mut stages = vec![];
-    for (name, kind, flavor, plan) in plans {
-        eprintln!("lab nightly: {name}");
-        let started = rfc3339_now();
-        let opts_f = RunOpts { flavor: flavor.into(), ..opts.base.clone() };
-        let result = plan.and_then(|p| report::run_plan(&p, &opts_f).map_err(|e| format!("{e:#}")));
-        let artifacts = opts.out.join(name);
-        if let Ok(o) = &result {
-            copy_dir(&o.dir, &artifacts)?;
-        }
-        stages.push(Stage { name: name.into(), kind, flavor: flavor.into(), started, result, artifacts });
-    }
-
-    eprintln!("lab nightly: reproduce ({:?} profile)", opts.profile);
+    let builds = build_kernels();
+    let stages = run_stages(opts)?;
+    progress::note(format!("nightly: reproduce ({:?} profile)", opts.profile));
     let rdir = opts.out.join("reproduce");
     let measure = RunOpts { tcg: opts.measure_tcg, ..opts.base.clone() };
     let (repro, repro_err) = match reproduce::run(opts.profile, &measure, &rdir) {
@@ -355,18 +184,7 @@ pub fn run(opts: &Opts) -> Result<Nightly> {
         }
         Err(e) => (None, Some(format!("{e:#}"))),
     };
-
-    let mut metrics = repro.as_ref().map(|r| flatten(&r.metrics())).unwrap_or_default();
-    for s in &stages {
-        let Ok(o) = &s.result else { continue };
-        if let Some(v) = o.events.iter().find_map(|e| match e {
-            labproto::Event::Result { data, .. } => data["ops_per_s"].as_f64(),
-            _ => None,
-        }) {
-            let key = format!("{}.ops_per_s", s.name);
-            metrics.insert(key.clone(), Metric { value: v, lo: None, hi: None, better: better(&key) });
-        }
-    }
+    let metrics = collect_metrics(repro.as_ref(), &stages);
     let comparisons = baseline.map(|b| compare(&b, &metrics, opts.threshold_pct)).unwrap_or_default();
     let mut n = Nightly {
         builds,
@@ -381,10 +199,159 @@ pub fn run(opts: &Opts) -> Result<Nightly> {
     };
     let lock = lock::Lock::load(&lock::Lock::path())?;
     let kcidb_file = opts.out.join("kcidb.json");
-    std::fs::write(&kcidb_file, serde_json::to_string_pretty(&kcidb_report(&n, opts, &lock)?)?)?;
-    n.kcidb_error = validate_kcidb(&kcidb_file).and_then(|r| r.err());
+    let series = tree::Series::load(&paths::driver_dir())?;
+    let k = report_nightly::kcidb_report(&n.night(&opts.out), &lock.kernel, &series, &env(opts), &figures(&n.metrics))?;
+    std::fs::write(&kcidb_file, serde_json::to_string_pretty(&k)?)?;
+    n.kcidb_error = check_kcidb(&kcidb_file, || crate::provision::kcidb_io::ensure(&paths::cache()));
     write_artifacts(&n, opts, &lock)?;
     Ok(n)
+}
+
+fn build_kernels() -> Vec<BuildRec> {
+    let mut builds = vec![];
+    for flavor in FLAVORS {
+        progress::note(format!("nightly: kernel {flavor}"));
+        let t = Instant::now();
+        let r = kernel::build(flavor);
+        builds.push(BuildRec {
+            flavor: flavor.into(),
+            key: r.as_ref().ok().map(|b| b.key.clone()),
+            release: r.as_ref().ok().map(|b| b.kernel_release()),
+            wall_s: t.elapsed().as_secs_f64(),
+            error: r.err().map(|e| format!("{e:#}")),
+        });
+    }
+    builds
+}
+
+/// The test stages, each a run whose directory is copied into the artifacts; the notes of a
+/// stage carry its name.
+fn run_stages(opts: &Opts) -> Result<Vec<Stage>> {
+    let load = |name: &str| load_plan(name).map_err(|e| format!("{e:#}"));
+    let conformance = load("conformance");
+    let plans: Vec<(&str, &'static str, &str, std::result::Result<Plan, String>)> = vec![
+        ("conformance-perf", "conformance", "perf", conformance.clone()),
+        ("conformance-debug", "conformance", "debug", conformance.clone()),
+        ("conformance-cbinder", "conformance", "cbinder", conformance),
+        ("kunit-debug", "kunit", "debug", load("kunit")),
+        ("ctabs-perf", "ctabs", "perf", load("ctabs")),
+        ("fuzz-debug", "fuzz", "debug", Ok(fuzz_plan(opts.fuzz_ops))),
+    ];
+    let mut stages = vec![];
+    for (name, kind, flavor, plan) in plans {
+        progress::note(format!("nightly: {name}"));
+        let outer =
+            progress::set(Arc::new(progress::Prefixed { prefix: format!("[{name}] "), inner: progress::current() }));
+        let started = rfc3339_now();
+        let opts_f = RunOpts { flavor: flavor.into(), ..opts.base.clone() };
+        let result = plan.and_then(|p| report::run_plan(&p, &opts_f).map_err(|e| format!("{e:#}")));
+        progress::set(outer);
+        let artifacts = opts.out.join(name);
+        if let Ok(o) = &result {
+            copy_dir(&o.dir, &artifacts)?;
+        }
+        stages.push(Stage { name: name.into(), kind, flavor: flavor.into(), started, result, artifacts });
+    }
+    Ok(stages)
+}
+
+/// The reproduction's metrics plus the fuzzer's operations per second.
+fn collect_metrics(repro: Option<&reproduce::Reproduction>, stages: &[Stage]) -> Metrics {
+    let mut metrics = repro.map(|r| flatten(&r.metrics())).unwrap_or_default();
+    for s in stages {
+        let Ok(o) = &s.result else { continue };
+        if let Some(v) = o.events.iter().find_map(|e| match e {
+            labproto::Event::Result { data, .. } => data["ops_per_s"].as_f64(),
+            _ => None,
+        }) {
+            let key = format!("{}.ops_per_s", s.name);
+            metrics.insert(key.clone(), Metric { value: v, lo: None, hi: None, better: better(&key) });
+        }
+    }
+    metrics
+}
+
+/// The gated metrics as KCIDB figures.
+fn figures(metrics: &Metrics) -> Vec<Figure> {
+    metrics
+        .iter()
+        .filter_map(|(name, m)| {
+            let better = m.better?;
+            // Seed 001's mode 0 ran on the C driver, the fuzzer on debug, the rest on perf.
+            let flavor = if name.starts_with("seed001.") && name.ends_with(".m0") {
+                "cbinder"
+            } else if name.starts_with("fuzz-debug.") {
+                "debug"
+            } else {
+                "perf"
+            };
+            Some(Figure {
+                name: name.clone(),
+                value: m.value,
+                ci95: [m.lo, m.hi],
+                unit: unit_of(name),
+                better: format!("{better:?}").to_lowercase(),
+                flavor,
+            })
+        })
+        .collect()
+}
+
+fn env(opts: &Opts) -> Env {
+    Env {
+        qemu: qemu::version().unwrap_or_default(),
+        board: opts.base.board.clone(),
+        tcg: format!("{:?}", opts.base.tcg).to_lowercase(),
+        benchmark_tcg: format!("{:?}", opts.measure_tcg).to_lowercase(),
+        compiler: format!(
+            "clang{} + rustc {}",
+            crate::provision::toolchain::LLVM_SUFFIX,
+            crate::provision::toolchain::rustc_version().unwrap_or_default()
+        ),
+    }
+}
+
+/// The HTML report's header, gate rows and reproduction.
+fn page<'a>(n: &'a Nightly, opts: &Opts, failures: &'a [String]) -> Page<'a> {
+    let header = format!(
+        "{} profile, {:.1} min, lab {}; tests under TCG {:?}, benchmarks under TCG {:?}; fuzz budget {} operations on debug; threshold {}%{}.",
+        format!("{:?}", opts.profile).to_lowercase(),
+        n.wall_s / 60.0,
+        n.lab_commit,
+        opts.base.tcg,
+        opts.measure_tcg,
+        opts.fuzz_ops,
+        opts.threshold_pct,
+        opts.baseline.as_ref().map(|b| format!(", baseline {}", b.display())).unwrap_or_default()
+    );
+    let rows = n
+        .comparisons
+        .iter()
+        .filter(|c| c.verdict != Verdict::Ok)
+        .map(|c| {
+            vec![
+                c.metric.clone(),
+                num(c.baseline),
+                c.current.as_ref().map(|m| num(m.value)).unwrap_or("missing".into()),
+                c.worse_pct.map(|w| format!("{w:+.1}% worse")).unwrap_or_default(),
+                match &c.verdict {
+                    Verdict::Regressed => "FAIL: regressed".into(),
+                    v => format!("{v:?}").to_lowercase(),
+                },
+            ]
+        })
+        .collect();
+    let ok = n.comparisons.iter().filter(|c| c.verdict == Verdict::Ok).count();
+    Page {
+        header,
+        failures,
+        gate: (!n.comparisons.is_empty()).then_some((ok, rows)),
+        reproduce: n
+            .reproduce
+            .as_ref()
+            .map(|r| (r.text.as_str(), opts.out.join("reproduce"), r.seed000.outcomes.first().map(|o| o.dir.clone()))),
+        reproduce_error: n.reproduce_error.as_deref(),
+    }
 }
 
 #[derive(Serialize)]
@@ -427,24 +394,13 @@ fn lab_commit() -> String {
     }
 }
 
-fn case_counts(s: &Stage) -> (usize, usize, usize) {
-    let Ok(o) = &s.result else { return (0, 0, 0) };
-    let cases = report::test_cases(o);
-    let c = |st| cases.iter().filter(|c| c.status == st).count();
-    (c(labproto::Status::Pass), c(labproto::Status::Fail), c(labproto::Status::Skip))
-}
-
-fn rel(p: &Path, base: &Path) -> String {
-    p.strip_prefix(base).unwrap_or(p).display().to_string()
-}
-
 fn write_artifacts(n: &Nightly, opts: &Opts, lock: &lock::Lock) -> Result<()> {
     let failures = n.failures();
     let stages: Vec<StageJson> = n
         .stages
         .iter()
         .map(|s| {
-            let (passed, failed, skipped) = case_counts(s);
+            let (passed, failed, skipped) = s.case_counts();
             let problems = s.problems();
             StageJson {
                 name: &s.name,
@@ -483,265 +439,30 @@ fn write_artifacts(n: &Nightly, opts: &Opts, lock: &lock::Lock) -> Result<()> {
         runs.extend(r.outcomes().map(|o| ("reproduce", o)));
     }
     std::fs::write(opts.out.join("junit.xml"), report::junit_merged("binder-lab nightly", &runs))?;
-    std::fs::write(opts.out.join("report.html"), html_report(n, opts, &failures))?;
+    std::fs::write(
+        opts.out.join("report.html"),
+        report_nightly::html_report(&n.night(&opts.out), &page(n, opts, &failures)),
+    )?;
     Ok(())
 }
 
 /// kcidb-io, the schema's reference implementation, in a private venv in the cache.
-pub const KCIDB_IO: &str = "kcidb-io==141";
-
-/// Validates `kcidb.json` against the KCIDB schema with kcidb-io. Returns None when the
-/// validator cannot be installed (no network): the report is still written.
-pub fn validate_kcidb(file: &Path) -> Option<std::result::Result<(), String>> {
-    let venv = paths::cache().join("tools").join(KCIDB_IO.replace("==", "-"));
-    let py = venv.join("bin/python3");
-    if !py.is_file() {
-        let ok =
-            std::process::Command::new("python3").arg("-m").arg("venv").arg(&venv).status().is_ok_and(|s| s.success())
-                && std::process::Command::new(venv.join("bin/pip"))
-                    .args(["install", "-q", KCIDB_IO])
-                    .status()
-                    .is_ok_and(|s| s.success());
-        if !ok {
-            eprintln!("lab nightly: could not install {KCIDB_IO} into {}; kcidb.json not validated", venv.display());
-            let _ = std::fs::remove_dir_all(&venv);
-            return None;
-        }
-    }
-    let out = std::process::Command::new(&py)
-        .args(["-c", "import json,sys,kcidb_io; kcidb_io.schema.LATEST.validate(json.load(open(sys.argv[1])))"])
-        .arg(file)
-        .output()
-        .ok()?;
-    Some(if out.status.success() { Ok(()) } else { Err(kcidb::excerpt(&String::from_utf8_lossy(&out.stderr))) })
-}
-
-fn unit_of(metric: &str) -> &'static str {
-    let m = without_mode(metric);
-    if m.ends_with("_ms") {
-        "ms"
-    } else if m.ends_with("_ns") {
-        "ns"
-    } else if m.ends_with("per_sec") || m.ends_with("per_s") {
-        "1/s"
-    } else if m.ends_with(".pct") {
-        "%"
-    } else {
-        ""
-    }
-}
-
-/// The KCIDB report: builds per flavor, a test per case, gated metrics as numbers.
-fn kcidb_report(n: &Nightly, opts: &Opts, lock: &lock::Lock) -> Result<kcidb::Report> {
-    let series = tree::Series::load(&paths::driver_dir())?;
-    let shas: Vec<String> = series.patches.iter().map(|p| sha256_file(&series.dir.join(p))).collect::<Result<_>>()?;
-    let patchset = kcidb::patchset_hash(&shas);
-    let commit = &n.lab_commit;
-    let checkout_id = kcidb::id(&format!(
-        "{}-{}-{}",
-        lock.kernel.version,
-        patchset.as_deref().map(|h| &h[..12]).unwrap_or("none"),
-        commit
-    ));
-    let now = rfc3339_now();
-    let mut r = kcidb::Report::default();
-    r.checkouts.push(kcidb::Checkout {
-        id: checkout_id.clone(),
-        origin: kcidb::ORIGIN.into(),
-        tree_name: "debian-linux-source-7.2".into(),
-        comment: format!(
-            "{} {} with rust-driver/ ({} patches)",
-            lock.kernel.package,
-            lock.kernel.version,
-            series.patches.len()
-        ),
-        patchset_hash: patchset,
-        start_time: now.clone(),
-        valid: true,
-        misc: serde_json::json!({"lab_commit": commit, "source_sha256": lock.kernel.sha256, "patches": series.patches}),
-    });
-    let compiler = format!(
-        "clang{} + rustc {}",
-        crate::provision::toolchain::LLVM_SUFFIX,
-        crate::provision::toolchain::rustc_version().unwrap_or_default()
-    );
-    let build_id = |flavor: &str| {
-        let key = n.builds.iter().find(|b| b.flavor == flavor).and_then(|b| b.key.clone()).unwrap_or("failed".into());
-        kcidb::id(&format!("{flavor}-{key}"))
+/// Validates `kcidb.json` with kcidb-io (installed by setup, or now); the error says why the
+/// file is invalid, or why it could not be validated: a report that was not checked fails
+/// the night like one that is wrong.
+pub fn check_kcidb(file: &Path, validator: impl FnOnce() -> Result<PathBuf>) -> Option<String> {
+    let py = match validator() {
+        Ok(py) => py,
+        Err(e) => return Some(format!("not validated: {e:#}")),
     };
-    for b in &n.builds {
-        r.builds.push(kcidb::Build {
-            id: build_id(&b.flavor),
-            checkout_id: checkout_id.clone(),
-            origin: kcidb::ORIGIN.into(),
-            architecture: "arm64".into(),
-            compiler: compiler.clone(),
-            config_name: b.flavor.clone(),
-            status: if b.error.is_none() { "PASS" } else { "FAIL" },
-            duration: Some(b.wall_s),
-            log_excerpt: b.error.as_deref().map(kcidb::excerpt),
-            misc: serde_json::json!({"kernel_release": b.release, "fragments": ["base.config", format!("{}.config", b.flavor)]}),
-        });
-    }
-    let env = kcidb::Environment {
-        comment: format!(
-            "{} -M virt, board {}, TCG {:?} (benchmarks: {:?})",
-            qemu::version().unwrap_or_default(),
-            opts.base.board,
-            opts.base.tcg,
-            opts.measure_tcg
-        ),
-        misc: serde_json::json!({"board": opts.base.board, "tcg": format!("{:?}", opts.base.tcg).to_lowercase(),
-                                 "benchmark_tcg": format!("{:?}", opts.measure_tcg).to_lowercase()}),
-    };
-    let run_id = utc_stamp();
-    for s in &n.stages {
-        let Ok(o) = &s.result else {
-            r.tests.push(kcidb::Test {
-                id: kcidb::id(&format!("{run_id}.{}", s.name)),
-                build_id: build_id(&s.flavor),
-                origin: kcidb::ORIGIN.into(),
-                path: kcidb::path(&[s.kind]),
-                status: "MISS",
-                start_time: s.started.clone(),
-                log_excerpt: Some(kcidb::excerpt(&s.problems().join("\n"))),
-                environment: env.clone(),
-                ..Default::default()
-            });
-            continue;
-        };
-        for (i, c) in report::test_cases(o).iter().enumerate() {
-            let case = c.name.rsplit('/').next().unwrap_or(&c.name);
-            r.tests.push(kcidb::Test {
-                id: kcidb::id(&format!("{run_id}.{}.{i}", s.name)),
-                build_id: build_id(&s.flavor),
-                origin: kcidb::ORIGIN.into(),
-                path: kcidb::path(&[s.kind, &c.suite, case]),
-                status: kcidb::status(c.status),
-                start_time: s.started.clone(),
-                duration: Some(c.time_s),
-                log_excerpt: c.detail.as_deref().map(kcidb::excerpt),
-                environment: env.clone(),
-                misc: serde_json::json!({"artifacts": rel(&s.artifacts, &opts.out)}),
-                ..Default::default()
-            });
-        }
-    }
-    for (i, (name, m)) in n.metrics.iter().filter(|(_, m)| m.better.is_some()).enumerate() {
-        // Seed 001's mode 0 ran on the C driver; every other figure on the perf kernel.
-        let flavor = if name.starts_with("seed001.") && name.ends_with(".m0") { "cbinder" } else { "perf" };
-        let flavor = if name.starts_with("fuzz-debug.") { "debug" } else { flavor };
-        r.tests.push(kcidb::Test {
-            id: kcidb::id(&format!("{run_id}.bench.{i}")),
-            build_id: build_id(flavor),
-            origin: kcidb::ORIGIN.into(),
-            path: kcidb::path(&["bench"].into_iter().chain(name.split('.')).collect::<Vec<_>>()),
-            status: "DONE",
-            start_time: now.clone(),
-            number: Some(kcidb::Number { value: m.value, unit: unit_of(name).into() }),
-            environment: env.clone(),
-            misc: serde_json::json!({"ci95": [m.lo, m.hi], "better": m.better}),
-            ..Default::default()
-        });
-    }
-    Ok(r)
-}
-
-fn html_report(n: &Nightly, opts: &Opts, failures: &[String]) -> String {
-    let mut p = html::Page::new();
-    let verdict = if failures.is_empty() { "PASS" } else { "FAIL" };
-    p.h(1, &format!("binder-lab nightly: {verdict}"));
-    p.p(&format!(
-        "{} profile, {:.1} min, lab {}; tests under TCG {:?}, benchmarks under TCG {:?}; fuzz budget {} operations on debug; threshold {}%{}.",
-        format!("{:?}", opts.profile).to_lowercase(),
-        n.wall_s / 60.0,
-        n.lab_commit,
-        opts.base.tcg,
-        opts.measure_tcg,
-        opts.fuzz_ops,
-        opts.threshold_pct,
-        opts.baseline.as_ref().map(|b| format!(", baseline {}", b.display())).unwrap_or_default()
-    ));
-    if !failures.is_empty() {
-        p.h(2, "Failures");
-        p.pre(&failures.join("\n"));
-    }
-    p.h(2, "Kernels");
-    let rows: Vec<Vec<String>> = n
-        .builds
-        .iter()
-        .map(|b| {
-            vec![
-                b.flavor.clone(),
-                b.error.as_ref().map(|e| format!("FAIL: {e}")).unwrap_or("PASS".into()),
-                b.release.clone().unwrap_or_default(),
-                format!("{:.1} s", b.wall_s),
-            ]
-        })
-        .collect();
-    p.table(&["flavor", "build", "release", "wall"], &rows);
-    p.h(2, "Test stages");
-    let rows: Vec<Vec<String>> = n
-        .stages
-        .iter()
-        .map(|s| {
-            let (ok, failed, skipped) = case_counts(s);
-            let probs = s.problems();
-            vec![
-                s.name.clone(),
-                s.flavor.clone(),
-                if probs.is_empty() { "PASS".into() } else { format!("FAIL: {}", first_lines(&probs[0], 1)) },
-                format!("{ok} passed, {failed} failed, {skipped} skipped"),
-                s.result.as_ref().map(|o| format!("{:.0} s", o.wall_s)).unwrap_or_default(),
-                rel(&s.artifacts, &opts.out),
-            ]
-        })
-        .collect();
-    p.table(&["stage", "kernel", "verdict", "cases", "wall", "files"], &rows);
-    if !n.comparisons.is_empty() {
-        p.h(2, "Against the baseline");
-        let rows: Vec<Vec<String>> = n
-            .comparisons
-            .iter()
-            .filter(|c| c.verdict != Verdict::Ok)
-            .map(|c| {
-                vec![
-                    c.metric.clone(),
-                    num(c.baseline),
-                    c.current.as_ref().map(|m| num(m.value)).unwrap_or("missing".into()),
-                    c.worse_pct.map(|w| format!("{w:+.1}% worse")).unwrap_or_default(),
-                    match &c.verdict {
-                        Verdict::Regressed => "FAIL: regressed".into(),
-                        v => format!("{v:?}").to_lowercase(),
-                    },
-                ]
-            })
-            .collect();
-        let ok = n.comparisons.iter().filter(|c| c.verdict == Verdict::Ok).count();
-        p.p(&format!("{ok} gated metrics within the threshold; the others:"));
-        p.table(&["metric", "baseline", "now", "change", "verdict"], &rows);
-    }
-    if let Some(r) = &n.reproduce {
-        p.markdown(&r.text, &opts.out.join("reproduce"));
-        if let Some(o) = r.seed000.outcomes.first() {
-            p.h(2, "Seed 000 plots");
-            for svg in ["throughput.svg", "latency-cdf.svg", "tiers-other.svg", "tiers-fifo.svg"] {
-                p.svg(&o.dir.join(svg));
-            }
-        }
-    }
-    if let Some(e) = &n.reproduce_error {
-        p.h(2, "Reproduce failed");
-        p.pre(e);
-    }
-    p.render("binder-lab nightly")
+    kcidb::validate(&py, file).err()
 }
 
 /// The summary printed at the end.
 pub fn summary(n: &Nightly, out: &Path) -> String {
     let mut s = String::new();
     for st in &n.stages {
-        let (ok, failed, skipped) = case_counts(st);
+        let (ok, failed, skipped) = st.case_counts();
         let v = if st.problems().is_empty() { "PASS" } else { "FAIL" };
         let _ = writeln!(s, "{v}  {:<22} {ok} passed, {failed} failed, {skipped} skipped", st.name);
     }
@@ -772,7 +493,7 @@ pub fn command(
     threshold: f64,
     fuzz_ops: Option<u64>,
     run_args: &crate::cli::args::RunArgs,
-) -> Result<()> {
+) -> Result<Exit> {
     let out = out.unwrap_or_else(|| paths::repo().join("target/lab/nightly").join(utc_stamp()));
     let quick = profile == Profile::Quick;
     let opts = Opts {
@@ -789,65 +510,20 @@ pub fn command(
         println!("{}", r.text);
     }
     print!("{}", summary(&n, &out));
-    if !n.failures().is_empty() {
-        std::process::exit(1);
-    }
-    Ok(())
+    Ok(n.exit())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn m(value: f64, lo: f64, hi: f64) -> Metric {
-        Metric { value, lo: Some(lo), hi: Some(hi), better: None }
-    }
-
     #[test]
-    fn gated_metrics_and_their_direction() {
-        assert_eq!(better("seed000.throughput.iterations_per_sec.m0"), Some(Better::Higher));
-        assert_eq!(better("seed001.throughput.p99_ms.m1"), Some(Better::Lower));
-        assert_eq!(better("seed002.sendvec.0064.cpu_ns.m1"), Some(Better::Lower));
-        assert_eq!(better("fuzz-debug.ops_per_s"), Some(Better::Higher));
-        assert_eq!(better("seed000.tiers.other.same_core.avg_ms.m0"), None);
-        assert_eq!(better("seed000.throughput.counters.cpu_migrations.m0"), None);
-        assert_eq!(better("seed000.throughput.worst_ms.m0"), None);
-    }
-
-    #[test]
-    fn compare_needs_threshold_and_ci() {
-        let t = "seed000.throughput.iterations_per_sec.m0";
-        let l = "seed000.throughput.avg_ms.m0";
-        let base: Metrics = [(t.to_string(), m(1000.0, 0.0, 0.0)), (l.to_string(), m(1.0, 0.0, 0.0))].into();
-        // 20% fewer iterations, CI excludes the baseline: regressed.
-        let cur: Metrics = [(t.to_string(), m(800.0, 780.0, 820.0)), (l.to_string(), m(1.0, 0.9, 1.1))].into();
-        let c = compare(&base, &cur, 10.0);
-        assert_eq!(c.iter().find(|c| c.metric == t).unwrap().verdict, Verdict::Regressed);
-        assert_eq!(c.iter().find(|c| c.metric == l).unwrap().verdict, Verdict::Ok);
-        // Same drop but the CI still covers the baseline: noise, not a regression.
-        let wide: Metrics = [(t.to_string(), m(800.0, 600.0, 1100.0))].into();
-        let c = compare(&base, &wide, 10.0);
-        assert_eq!(c.iter().find(|c| c.metric == t).unwrap().verdict, Verdict::Ok);
-        assert_eq!(c.iter().find(|c| c.metric == l).unwrap().verdict, Verdict::Missing);
-        // Latency 50% lower: improved, never a failure.
-        let fast: Metrics = [(l.to_string(), m(0.5, 0.45, 0.55))].into();
-        assert_eq!(compare(&base, &fast, 10.0).iter().find(|c| c.metric == l).unwrap().verdict, Verdict::Improved);
-        // Ungated metrics are not compared.
-        let other: Metrics = [("x.tiers.pct.m0".to_string(), m(1.0, 1.0, 1.0))].into();
-        assert!(compare(&other, &other, 10.0).is_empty());
-    }
-
-    #[test]
-    fn baseline_file_errors_name_the_fix() {
-        let d = tempfile::tempdir().unwrap();
-        let p = d.path().join("b.json");
-        std::fs::write(&p, "{\"metrics\": {\"a.iterations_per_sec.m0\": {\"value\": 5}}}").unwrap();
-        assert_eq!(load_baseline(&p).unwrap()["a.iterations_per_sec.m0"].value, 5.0);
-        std::fs::write(&p, "{\"nope\": 1}").unwrap();
-        let e = format!("{:#}", load_baseline(&p).unwrap_err());
-        assert!(e.contains("is not a baseline") && e.contains("nightly.json"), "{e}");
-        let e = format!("{:#}", load_baseline(&d.path().join("missing.json")).unwrap_err());
-        assert!(e.contains("reading the baseline"), "{e}");
+    fn kcidb_that_was_not_validated_fails_the_night() {
+        let f = std::path::Path::new("/nonexistent/kcidb.json");
+        let e = check_kcidb(f, || anyhow::bail!("pip: no network")).expect("a failure");
+        assert!(e.starts_with("not validated: pip: no network"), "{e}");
+        let e = check_kcidb(f, || Ok("/nonexistent/python3".into())).expect("a failure");
+        assert!(e.contains("/nonexistent/python3"), "{e}");
     }
 
     #[test]

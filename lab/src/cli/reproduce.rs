@@ -1,6 +1,7 @@
 //! `lab reproduce`: every table of the three seeds, or `--from` a finished reproduction.
 
 use crate::cli::args::RunArgs;
+use crate::harness::outcome::Exit;
 use crate::measure::bench::Profile;
 use crate::measure::reproduce;
 use crate::support::{paths, stamp};
@@ -12,7 +13,7 @@ pub fn rerender(dir: &Path) -> Result<()> {
     Ok(())
 }
 
-pub fn run(profile: Profile, out: Option<PathBuf>, args: &RunArgs) -> Result<()> {
+pub fn run(profile: Profile, out: Option<PathBuf>, args: &RunArgs) -> Result<Exit> {
     let out = out.unwrap_or_else(|| paths::repo().join("target/lab/reproduce").join(stamp::utc_stamp()));
     let r = reproduce::run(profile, &args.measure_opts("bench"), &out)?;
     println!("{}", r.text);
@@ -22,8 +23,5 @@ pub fn run(profile: Profile, out: Option<PathBuf>, args: &RunArgs) -> Result<()>
         }
     }
     println!("report: {}", out.join("reproduce.md").display());
-    if !r.ok() {
-        std::process::exit(1);
-    }
-    Ok(())
+    Ok(r.outcomes().map(|o| o.exit()).max().unwrap_or(Exit::Ok))
 }

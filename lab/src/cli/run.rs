@@ -2,20 +2,18 @@
 //! table), non-zero exit on any failure.
 
 use crate::cli::args::RunArgs;
+use crate::harness::outcome::Exit;
 use crate::report::{self, summary::summary};
 use anyhow::Result;
 
-pub fn run(args: &RunArgs) -> Result<()> {
+pub fn run(args: &RunArgs) -> Result<Exit> {
     let o = report::run(&args.opts("default"))?;
     print!("{}", summary(&o));
-    if !o.ok() {
-        std::process::exit(1);
-    }
-    Ok(())
+    Ok(o.exit())
 }
 
 /// Runs a plan and prints the per-case table (with the run's summary below it).
-pub fn suite(args: &RunArgs, default_plan: &str) -> Result<()> {
+pub fn suite(args: &RunArgs, default_plan: &str) -> Result<Exit> {
     let opts = args.opts(default_plan);
     let o = report::run(&opts)?;
     print!("{}", report::case_table(&o));
@@ -31,8 +29,5 @@ pub fn suite(args: &RunArgs, default_plan: &str) -> Result<()> {
             println!("{l}");
         }
     }
-    if !o.ok() {
-        std::process::exit(1);
-    }
-    Ok(())
+    Ok(o.exit())
 }

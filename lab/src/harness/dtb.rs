@@ -2,7 +2,7 @@
 //! and cached; `board` then replaces its /cpus.
 
 use crate::harness::qemu::{version, QEMU};
-use crate::support::fs::sha256_hex;
+use crate::support::fs::{publish_file, sha256_hex};
 use anyhow::{anyhow, bail, Context, Result};
 use board::Board;
 use std::path::{Path, PathBuf};
@@ -18,10 +18,7 @@ pub fn qemu_dtb(cache: &Path, board: &board::Board) -> Result<PathBuf> {
     let key = sha256_hex(format!("{}\n{ver}", board::qemu_dtb_key(board)).as_bytes());
     let path = cache.join("dtb").join(format!("qemu-virt-{}.dtb", &key[..16]));
     if !path.is_file() {
-        std::fs::create_dir_all(path.parent().unwrap())?;
-        let tmp = path.with_extension(format!("tmp{}-{:?}", std::process::id(), std::thread::current().id()));
-        dump_qemu_dtb(Path::new(QEMU), board, &tmp)?;
-        std::fs::rename(&tmp, &path)?;
+        publish_file(&path, |tmp| dump_qemu_dtb(Path::new(QEMU), board, tmp))?;
     }
     Ok(path)
 }
@@ -77,6 +74,18 @@ mod tests {
     /// QEMU 10's virt DTB for sa8155p's machine/cpu/smp/memory, recorded in board/.
     const FIXTURE: &[u8] = include_bytes!("../../../board/tests/fixtures/virt-gicv3-a76-smp8-2G.dtb");
 
+    /// Whether QEMU is there; without it the test is skipped with a message, except where
+    /// it must run (`CI`, or `LAB_REQUIRE_QEMU`, which `lab test` sets): there it fails.
+    fn qemu_present() -> bool {
+        if have_tool(QEMU) {
+            return true;
+        }
+        let required = std::env::var_os("CI").is_some() || std::env::var_os("LAB_REQUIRE_QEMU").is_some();
+        assert!(!required, "no {QEMU} on PATH: install it with `cargo make setup`");
+        eprintln!("skipped: no {QEMU} on PATH (`cargo make setup` installs it)");
+        false
+    }
+
     fn sa8155p() -> Board {
         load_board("sa8155p").unwrap()
     }
@@ -84,8 +93,7 @@ mod tests {
     /// QEMU's current dump equals the committed fixture except /chosen's random seeds.
     #[test]
     fn dump_matches_fixture_when_qemu_present() {
-        if !have_tool(QEMU) {
-            eprintln!("skipped: no {QEMU}");
+        if !qemu_present() {
             return;
         }
         let dir = tempfile::tempdir().unwrap();
@@ -105,8 +113,7 @@ mod tests {
     /// QEMU accepts the generated DTB: with a missing kernel, the kernel is all it complains about.
     #[test]
     fn qemu_accepts_generated_dtb() {
-        if !have_tool(QEMU) {
-            eprintln!("skipped: no {QEMU}");
+        if !qemu_present() {
             return;
         }
         let dir = tempfile::tempdir().unwrap();

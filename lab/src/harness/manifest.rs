@@ -4,7 +4,7 @@ use crate::harness::opts::RunOpts;
 use crate::harness::outcome::{Outcome, Verdict};
 use crate::harness::prepare::Prepared;
 use crate::harness::qemu::{self, Tcg, VmSpec};
-use crate::support::fs::{sha256_file, sha256_hex, write_atomic};
+use crate::support::fs::{sha256_file, write_atomic};
 use crate::support::stamp::utc_stamp;
 use anyhow::Result;
 use serde::Serialize;
@@ -60,7 +60,7 @@ pub fn write_manifest(
         kernel_key: &p.kernel.key,
         kernel_config_sha256: sha256_file(&p.kernel.config()).unwrap_or_default(),
         board: p.board.name(),
-        board_file_sha256: sha256_hex(p.board.source().as_bytes()),
+        board_file_sha256: p.board_sha256.clone(),
         eas: p.board.has_eas(),
         plan: &p.plan.name,
         cmdline: &spec.append,
@@ -73,4 +73,36 @@ pub fn write_manifest(
         reproducer: qemu::shell_line(&spec.argv()),
     };
     write_atomic(&dir.join("manifest.json"), serde_json::to_string_pretty(&m)?.as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::harness::opts::load_board_file;
+    use crate::harness::outcome::tests::three_problems;
+    use crate::harness::prepare::vm_spec;
+    use crate::harness::qemu::Console;
+    use crate::kbuild::kernel::Built;
+
+    #[test]
+    fn board_hash_is_the_file_contents() {
+        let d = tempfile::tempdir().unwrap();
+        let (board, board_sha256) = load_board_file("sa8155p").unwrap();
+        let p = Prepared {
+            kernel: Built { flavor: "perf".into(), key: "0123456789abcdef".into(), dir: d.path().into() },
+            board,
+            board_sha256,
+            dtb: d.path().join("board.dtb"),
+            initrd: d.path().join("initramfs.cpio"),
+            plan: labproto::Plan { name: "default".into(), steps: vec![], shell: false },
+        };
+        let opts = RunOpts::default();
+        let spec = vm_spec(&p, &opts, d.path(), Console::Pipe);
+        write_manifest(d.path(), &p, &spec, &three_problems(), &[], &opts).unwrap();
+        let m: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(d.path().join("manifest.json")).unwrap()).unwrap();
+        let file = crate::support::paths::board_dir().join("sa8155p.toml");
+        assert_eq!(m["board_file_sha256"], sha256_file(&file).unwrap());
+        assert_eq!(m["board"], "sa8155p");
+    }
 }

@@ -6,6 +6,7 @@ pub mod dtb;
 pub mod expect;
 pub mod ktap;
 pub mod manifest;
+pub mod monitor;
 pub mod opts;
 pub mod outcome;
 pub mod prepare;

@@ -65,6 +65,7 @@ fn resolve(name: &str, dir: &Path, ext: &str, what: &str) -> Result<PathBuf> {
         .map(|rd| {
             rd.flatten()
                 .filter_map(|e| e.file_name().to_str()?.strip_suffix(&format!(".{ext}")).map(String::from))
+                .filter(|n| n != "Cargo")
                 .collect()
         })
         .unwrap_or_default();
@@ -83,8 +84,15 @@ pub fn load_plan(name: &str) -> Result<Plan> {
 }
 
 pub fn load_board(name: &str) -> Result<board::Board> {
+    Ok(load_board_file(name)?.0)
+}
+
+/// The board and the SHA-256 of the exact bytes it was parsed from (for the manifest).
+pub fn load_board_file(name: &str) -> Result<(board::Board, String)> {
     let path = resolve(name, &paths::board_dir(), "toml", "board")?;
-    Ok(board::Board::load(&path)?)
+    let text = std::fs::read_to_string(&path).with_context(|| format!("reading the board file {}", path.display()))?;
+    let board = board::Board::from_str_named(&text, &path.display().to_string())?;
+    Ok((board, crate::support::fs::sha256_hex(text.as_bytes())))
 }
 
 #[cfg(test)]
@@ -93,11 +101,25 @@ mod tests {
 
     #[test]
     fn shipped_plans_and_boards_load() {
-        for plan in ["default", "panic", "hang"] {
-            load_plan(plan).unwrap();
+        let stems = |dir: PathBuf| -> Vec<String> {
+            let mut v: Vec<String> = std::fs::read_dir(&dir)
+                .unwrap()
+                .flatten()
+                .filter_map(|e| e.file_name().to_str()?.strip_suffix(".toml").map(String::from))
+                .filter(|n| n != "Cargo")
+                .collect();
+            v.sort();
+            v
+        };
+        let plans = stems(plans_dir());
+        assert!(plans.len() >= 12, "{plans:?}");
+        for plan in &plans {
+            load_plan(plan).unwrap_or_else(|e| panic!("plan {plan}: {e:#}"));
         }
-        for b in ["sa8155p", "sm8150-upstream", "symmetric"] {
-            load_board(b).unwrap();
+        let boards = stems(paths::board_dir());
+        assert_eq!(boards, ["sa8155p", "sm8150-upstream", "symmetric"]);
+        for b in &boards {
+            load_board(b).unwrap_or_else(|e| panic!("board {b}: {e:#}"));
         }
         let e = load_plan("nope").unwrap_err().to_string();
         assert!(e.contains("default"), "{e}");

@@ -5,6 +5,44 @@ use labproto::{Event, Status};
 use serde::Serialize;
 use std::path::PathBuf;
 
+/// What `lab` exits with (README, "Exit codes"). The harness's own codes sit above 200:
+/// outside what shell commands use (0-125, 126/127, 128+signal), so that a guest command's
+/// own exit code (`lab run -- CMD`) can pass through unchanged. Ordered by severity: when
+/// several apply, the highest wins.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Exit {
+    Ok,
+    /// A case, a step, a topology check or the regression gate failed.
+    TestFailure,
+    /// A boot, step or power-off timeout (the guest hung).
+    Timeout,
+    /// A kernel panic, or a splat (lockdep, KASAN, BUG, WARNING, Oops, Rust panic, hung task).
+    KernelFault,
+    /// The lab could not do its job: bad input, a failed build, QEMU or the guest init
+    /// failing, QEMU exiting before the plan finished.
+    HarnessError,
+    /// Ctrl-C or SIGTERM.
+    Interrupted,
+}
+
+impl Exit {
+    pub fn code(self) -> i32 {
+        match self {
+            Exit::Ok => 0,
+            Exit::TestFailure => 1,
+            Exit::Timeout => 202,
+            Exit::KernelFault => 201,
+            Exit::HarnessError => 203,
+            Exit::Interrupted => 130,
+        }
+    }
+
+    /// Ends the process with this code.
+    pub fn exit(self) -> ! {
+        std::process::exit(self.code())
+    }
+}
+
 /// How the run ended.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -98,6 +136,30 @@ impl Outcome {
         self.problems().is_empty()
     }
 
+    /// The exit code this run calls for: the most severe of what [`Outcome::problems`] lists.
+    pub fn exit(&self) -> Exit {
+        let verdict = match &self.verdict {
+            Verdict::Completed => Exit::Ok,
+            Verdict::Panic { .. } => Exit::KernelFault,
+            Verdict::Timeout { .. } => Exit::Timeout,
+            Verdict::InitError { .. } | Verdict::QemuExited { .. } => Exit::HarnessError,
+            Verdict::Interrupted => Exit::Interrupted,
+        };
+        let step_timeout = self.events.iter().any(|e| matches!(e, Event::StepEnd { timed_out: true, .. }));
+        let failed = !self.failed_steps().is_empty()
+            || self.results().any(|r| r.2 == Status::Fail)
+            || !self.topology_mismatches.is_empty();
+        [
+            verdict,
+            if self.splats.is_empty() { Exit::Ok } else { Exit::KernelFault },
+            if step_timeout { Exit::Timeout } else { Exit::Ok },
+            if failed { Exit::TestFailure } else { Exit::Ok },
+        ]
+        .into_iter()
+        .max()
+        .unwrap_or(Exit::Ok)
+    }
+
     /// The data of the first result named `case`.
     pub fn data(&self, case: &str) -> Option<&serde_json::Value> {
         case_data(&self.events, case)
@@ -153,5 +215,39 @@ pub(crate) mod tests {
         let p = o.problems();
         assert_eq!(p.len(), 3, "{p:?}");
         assert!(!o.ok());
+    }
+
+    #[test]
+    fn exit_codes_follow_the_worst_problem() {
+        let mut o = three_problems();
+        assert_eq!(o.exit(), Exit::TestFailure);
+        o.events.push(Event::StepEnd {
+            step: "t".into(),
+            exit_code: None,
+            signal: Some(9),
+            timed_out: true,
+            duration_ms: 1.0,
+        });
+        assert_eq!(o.exit(), Exit::Timeout);
+        o.splats.push(Splat { kind: "lockdep", line: 1, text: "WARNING: possible circular locking".into() });
+        assert_eq!(o.exit(), Exit::KernelFault);
+        o.verdict = Verdict::QemuExited { status: "exit status: 1".into(), tail: String::new() };
+        assert_eq!(o.exit(), Exit::HarnessError);
+        o.verdict = Verdict::Interrupted;
+        assert_eq!(o.exit().code(), 130);
+        let mut clean = three_problems();
+        clean.events.clear();
+        clean.topology_mismatches.clear();
+        assert_eq!((clean.exit(), clean.exit().code()), (Exit::Ok, 0));
+        clean.verdict = Verdict::Panic { text: "Kernel panic - not syncing".into() };
+        assert_eq!(clean.exit().code(), 201);
+        clean.verdict = Verdict::Timeout { phase: "boot".into(), tail: String::new() };
+        assert_eq!(clean.exit().code(), 202);
+        let codes: Vec<i32> =
+            [Exit::Ok, Exit::TestFailure, Exit::Timeout, Exit::KernelFault, Exit::HarnessError, Exit::Interrupted]
+                .iter()
+                .map(|e| e.code())
+                .collect();
+        assert_eq!(codes, [0, 1, 202, 201, 203, 130]);
     }
 }

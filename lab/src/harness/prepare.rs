@@ -2,7 +2,7 @@
 //! cache, and QEMU's spec for them.
 
 use crate::harness::dtb;
-use crate::harness::opts::{load_board, RunOpts};
+use crate::harness::opts::{load_board_file, RunOpts};
 use crate::harness::qemu::{Console, VmSpec};
 use crate::kbuild::kernel;
 use crate::provision::downloads;
@@ -15,6 +15,8 @@ use std::path::{Path, PathBuf};
 pub struct Prepared {
     pub kernel: kernel::Built,
     pub board: board::Board,
+    /// SHA-256 of the board file's contents.
+    pub board_sha256: String,
     pub dtb: PathBuf,
     pub initrd: PathBuf,
     pub plan: Plan,
@@ -23,7 +25,7 @@ pub struct Prepared {
 /// Builds what is missing and writes the DTB and initramfs into `dir`.
 pub fn prepare(opts: &RunOpts, plan: Plan, dir: &Path) -> Result<Prepared> {
     let cache = paths::cache();
-    let board = load_board(&opts.board)?;
+    let (board, board_sha256) = load_board_file(&opts.board)?;
     let board = if opts.no_eas { board.without_eas() } else { board };
     let kernel = kernel::build(&opts.flavor)?;
     let base = std::fs::read(dtb::qemu_dtb(&cache, &board)?)?;
@@ -36,7 +38,7 @@ pub fn prepare(opts: &RunOpts, plan: Plan, dir: &Path) -> Result<Prepared> {
     spec.overlay = opts.overlay.clone();
     let initrd = dir.join("initramfs.cpio");
     rootfs::write_initramfs(&spec, &initrd)?;
-    Ok(Prepared { kernel, board, dtb, initrd, plan })
+    Ok(Prepared { kernel, board, board_sha256, dtb, initrd, plan })
 }
 
 /// A fresh, unique run directory.

@@ -205,6 +205,7 @@ pub struct Vm {
     pub console: Option<Receiver<String>>,
     qmp_path: Option<PathBuf>,
     qmp: Option<Qmp>,
+    watch: Option<QmpWatch>,
 }
 
 type Qmp = qapi::Qmp<qapi::Stream<BufReader<std::os::unix::net::UnixStream>, std::os::unix::net::UnixStream>>;
@@ -214,6 +215,14 @@ type Qmp = qapi::Qmp<qapi::Stream<BufReader<std::os::unix::net::UnixStream>, std
 pub enum VmEvent {
     Panicked,
     Shutdown,
+    /// The QMP connection stopped answering.
+    Lost,
+}
+
+/// The QMP connection, moved to its own thread by [`Vm::watch_qmp`].
+struct QmpWatch {
+    quit: mpsc::Sender<()>,
+    thread: std::thread::JoinHandle<()>,
 }
 
 impl Vm {
@@ -262,7 +271,7 @@ impl Vm {
         } else {
             None
         };
-        Ok(Vm { child: Some(child), pid, started, console, qmp_path: spec.qmp.clone(), qmp: None })
+        Ok(Vm { child: Some(child), pid, started, console, qmp_path: spec.qmp.clone(), qmp: None, watch: None })
     }
 
     /// Connects to QMP (retrying while QEMU creates the socket) and does the handshake.
@@ -302,20 +311,33 @@ impl Vm {
             .collect())
     }
 
-    /// Polls QMP for events (GUEST_PANICKED, SHUTDOWN).
-    pub fn poll_events(&mut self) -> Vec<VmEvent> {
-        let Some(q) = self.qmp.as_mut() else { return vec![] };
-        if q.nop().is_err() {
-            self.qmp = None;
-            return vec![];
-        }
-        q.events()
-            .filter_map(|e| match e {
-                qapi::qmp::Event::GUEST_PANICKED { .. } => Some(VmEvent::Panicked),
-                qapi::qmp::Event::SHUTDOWN { .. } => Some(VmEvent::Shutdown),
-                _ => None,
-            })
-            .collect()
+    /// Moves the QMP connection to a thread that polls it every 100 ms and hands each event
+    /// to `on_event` (ending with [`VmEvent::Lost`] if QMP stops answering). [`Vm::stop`]
+    /// still asks QEMU to quit through it.
+    pub fn watch_qmp(&mut self, mut on_event: impl FnMut(VmEvent) + Send + 'static) {
+        let Some(mut q) = self.qmp.take() else { return };
+        let (quit, quit_rx) = mpsc::channel::<()>();
+        let thread = std::thread::spawn(move || loop {
+            match quit_rx.recv_timeout(Duration::from_millis(100)) {
+                Ok(()) | Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    let _ = q.write_command(&qapi::qmp::quit {});
+                    return;
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+            }
+            if q.nop().is_err() {
+                on_event(VmEvent::Lost);
+                return;
+            }
+            for e in q.events() {
+                match e {
+                    qapi::qmp::Event::GUEST_PANICKED { .. } => on_event(VmEvent::Panicked),
+                    qapi::qmp::Event::SHUTDOWN { .. } => on_event(VmEvent::Shutdown),
+                    _ => {}
+                }
+            }
+        });
+        self.watch = Some(QmpWatch { quit, thread });
     }
 
     /// Exit status, if QEMU has exited.
@@ -340,7 +362,11 @@ impl Vm {
 
     /// Asks QEMU to quit over QMP, then kills it if it hasn't within a second.
     pub fn stop(&mut self) {
-        if let Some(q) = self.qmp.as_mut() {
+        if let Some(w) = self.watch.take() {
+            // Not joined: a hung QMP must not hold up the kill below.
+            let _ = w.quit.send(());
+            drop(w.thread);
+        } else if let Some(q) = self.qmp.as_mut() {
             let _ = q.write_command(&qapi::qmp::quit {});
         }
         if self.wait_exit(Duration::from_secs(1)).is_none() {

@@ -1,41 +1,29 @@
-//! One guest run: build what is missing, boot QEMU, follow the plan's results, catch
-//! panics, hangs and Ctrl-C, and leave everything in a run directory.
+//! One guest run: build what is missing, boot QEMU, feed what it does to the run monitor
+//! (one reader thread per source: console, results file, QMP, a ticker for timers and
+//! Ctrl-C), stop it when the monitor decides, and leave everything in a run directory.
 
 use crate::harness::expect::check_topology;
 use crate::harness::manifest::write_manifest;
+use crate::harness::monitor::{Finished, Input, Monitor};
 use crate::harness::opts::{load_plan, RunOpts};
-use crate::harness::outcome::{Outcome, Verdict};
-use crate::harness::prepare::{new_run_dir, prepare, vm_spec};
-use crate::harness::qemu::{Console, Vm, VmEvent, VmSpec};
-use crate::harness::{ktap, splat as console};
-use crate::support::{fs, paths};
-use anyhow::{bail, Result};
+use crate::harness::outcome::Outcome;
+use crate::harness::prepare::{new_run_dir, prepare, vm_spec, Prepared};
+use crate::harness::qemu::{Console, Vm, VmSpec};
+use crate::harness::{ktap, splat};
+use crate::support::{fs, paths, progress};
+use anyhow::{bail, Context, Result};
 use labproto::{Event, Plan};
-use std::io::{Read, Seek, Write};
-use std::path::PathBuf;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Grace on top of a step's own timeout: the guest init enforces it first.
-const STEP_GRACE: Duration = Duration::from_secs(15);
-/// After Done (or an init error), the guest has this long to power off.
-const POWEROFF_TIMEOUT: Duration = Duration::from_secs(15);
-/// How long to keep reading the console after a panic for the rest of its report.
-const PANIC_LINGER: Duration = Duration::from_millis(700);
-/// Console prefix of results when the guest has no result port (the init's fallback; the
-/// only channel under `--tcg icount`).
-const CONSOLE_RESULT_PREFIX: &str = "LABRESULT ";
-
-/// Events among console lines, from `*pos` on; advances `*pos`.
-fn console_events(lines: &[String], pos: &mut usize) -> Vec<Event> {
-    let out = lines[*pos..]
-        .iter()
-        .filter_map(|l| l.split_once(CONSOLE_RESULT_PREFIX).and_then(|(_, ev)| Event::parse_line(ev)))
-        .collect();
-    *pos = lines.len();
-    out
-}
+/// How often the ticker wakes the monitor (timeouts, QEMU's exit, Ctrl-C).
+const TICK: Duration = Duration::from_millis(10);
+/// After the stop, how long the readers may take to deliver their last lines.
+const DRAIN: Duration = Duration::from_secs(2);
 
 /// Without a result port, the run directory still gets `results.jsonl`: the events the
 /// harness collected from the console.
@@ -58,39 +46,124 @@ fn interrupted_flag() -> Arc<AtomicBool> {
     .clone()
 }
 
-/// Reads complete lines appended to the results file.
-struct ResultTail {
+/// Complete lines appended to a file, read through one open handle.
+struct LineTail {
+    file: Option<std::fs::File>,
     path: PathBuf,
-    pos: u64,
     partial: String,
 }
 
-impl ResultTail {
-    fn poll(&mut self) -> Vec<Event> {
-        let Ok(mut f) = std::fs::File::open(&self.path) else { return vec![] };
-        if f.seek(std::io::SeekFrom::Start(self.pos)).is_err() {
-            return vec![];
+impl LineTail {
+    fn new(path: &Path) -> LineTail {
+        LineTail { file: None, path: path.to_path_buf(), partial: String::new() }
+    }
+
+    /// The complete lines written since the last call.
+    fn poll(&mut self) -> Vec<String> {
+        if self.file.is_none() {
+            self.file = std::fs::File::open(&self.path).ok();
         }
+        let Some(f) = self.file.as_mut() else { return vec![] };
         let mut buf = String::new();
-        let n = f.read_to_string(&mut buf).unwrap_or(0);
-        self.pos += n as u64;
+        let _ = f.read_to_string(&mut buf);
         self.partial.push_str(&buf);
         let mut out = vec![];
         while let Some(i) = self.partial.find('\n') {
-            let line: String = self.partial.drain(..=i).collect();
-            if let Some(ev) = Event::parse_line(&line) {
-                out.push(ev);
-            }
+            out.push(self.partial.drain(..=i).collect());
         }
         out
     }
 }
 
-enum Phase {
-    Boot,
-    Idle,
-    Step(String),
-    PowerOff,
+/// The reader threads: console lines, result lines from the results file (with a result
+/// port), QMP events, and a ticker that also reports Ctrl-C. They end when `stop` is set
+/// (the results reader after a last read) or their source closes.
+fn start_readers(vm: &mut Vm, spec: &VmSpec, stop: &Arc<AtomicBool>) -> Receiver<Input> {
+    let (tx, rx) = mpsc::channel();
+    if let Some(console) = vm.console.take() {
+        let tx = tx.clone();
+        std::thread::spawn(move || console.iter().try_for_each(|l| tx.send(Input::Console(l))));
+    }
+    if let Some(path) = spec.results.clone().filter(|_| spec.has_result_port()) {
+        let (tx, stop) = (tx.clone(), stop.clone());
+        std::thread::spawn(move || results_reader(&path, &tx, &stop));
+    }
+    let qmp_tx = tx.clone();
+    vm.watch_qmp(move |e| {
+        let _ = qmp_tx.send(Input::Qmp(e));
+    });
+    let (interrupted, stop) = (interrupted_flag(), stop.clone());
+    std::thread::spawn(move || {
+        while !stop.load(Ordering::SeqCst) {
+            let input = if interrupted.load(Ordering::SeqCst) { Input::Interrupted } else { Input::Tick };
+            if tx.send(input).is_err() {
+                break;
+            }
+            std::thread::sleep(TICK);
+        }
+    });
+    rx
+}
+
+fn results_reader(path: &Path, tx: &Sender<Input>, stop: &AtomicBool) {
+    let mut tail = LineTail::new(path);
+    loop {
+        let last = stop.load(Ordering::SeqCst);
+        for ev in tail.poll().iter().filter_map(|l| Event::parse_line(l)) {
+            if tx.send(Input::Result(ev)).is_err() {
+                return;
+            }
+        }
+        if last {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Feeds the monitor until it decides, writing and echoing console lines on the way; QEMU's
+/// exit is looked at on every tick.
+fn follow(vm: &mut Vm, rx: &Receiver<Input>, monitor: &mut Monitor, log: &mut impl Write, echo: bool) -> Result<()> {
+    loop {
+        let input = rx.recv().context("the run's readers all ended")?;
+        let tick = input == Input::Tick;
+        if record(monitor, input, log, echo) {
+            return Ok(());
+        }
+        if tick {
+            if let Some(st) = vm.exited()? {
+                let exited = Input::Exited { success: st.success(), status: st.to_string() };
+                if record(monitor, exited, log, echo) {
+                    return Ok(());
+                }
+            }
+        }
+    }
+}
+
+/// One input to the monitor (console lines also to the log and, with `echo`, the reporter).
+fn record(monitor: &mut Monitor, input: Input, log: &mut impl Write, echo: bool) -> bool {
+    if let Input::Console(l) = &input {
+        let _ = writeln!(log, "{l}");
+        if echo {
+            progress::console(l);
+        }
+    }
+    monitor.step(Instant::now(), input)
+}
+
+/// After the stop: what the readers still deliver until they end (or `DRAIN` passes).
+fn drain(rx: &Receiver<Input>, monitor: &mut Monitor, log: &mut impl Write, echo: bool) {
+    let until = Instant::now() + DRAIN;
+    while let Some(left) = until.checked_duration_since(Instant::now()) {
+        match rx.recv_timeout(left) {
+            Ok(Input::Tick | Input::Interrupted) => {}
+            Ok(input) => {
+                record(monitor, input, log, echo);
+            }
+            Err(_) => return,
+        }
+    }
 }
 
 /// Boots and follows one run of the plan `opts.plan` names. Never leaves QEMU running.
@@ -101,147 +174,52 @@ pub fn run(opts: &RunOpts) -> Result<Outcome> {
 /// Boots and follows one run of `plan` (e.g. one generated by `bench`); `opts.plan` is not
 /// read. Never leaves QEMU running.
 pub fn run_plan(plan: &Plan, opts: &RunOpts) -> Result<Outcome> {
-    let plan = plan.clone();
     let name = if opts.name.is_empty() { format!("{}-{}", opts.board, plan.name) } else { opts.name.clone() };
     let dir = new_run_dir(&paths::path_safe(&name))?;
-    let prepared = prepare(opts, plan, &dir)?;
+    let prepared = prepare(opts, plan.clone(), &dir)?;
     let spec = vm_spec(&prepared, opts, &dir, Console::Pipe);
-    let interrupted = interrupted_flag();
-    interrupted.store(false, Ordering::SeqCst);
+    interrupted_flag().store(false, Ordering::SeqCst);
 
     let t0 = Instant::now();
     let mut vm = Vm::spawn(&spec)?;
-    let mut consolef = std::io::BufWriter::new(std::fs::File::create(dir.join("console.log"))?);
-    let mut tail = ResultTail { path: spec.results.clone().unwrap(), pos: 0, partial: String::new() };
-    let mut lines: Vec<String> = vec![];
-    let mut events: Vec<Event> = vec![];
-    let mut boot_s = None;
-    let mut phase = Phase::Boot;
-    let mut deadline = Instant::now() + opts.boot_timeout;
-    let mut verdict: Option<Verdict> = None;
-    let mut panic_seen: Option<Instant> = None;
-    let mut panic_report_s = None;
-    let mut last_qmp = Instant::now();
-    let mut console_pos = 0;
+    let mut log = std::io::BufWriter::new(std::fs::File::create(dir.join("console.log"))?);
     let qmp_ok = vm.connect_qmp(Duration::from_secs(10));
     let vcpus = if qmp_ok.is_ok() { vm.vcpu_threads().unwrap_or_default() } else { vec![] };
     if opts.pin {
         pin_vcpus(&vcpus);
     }
-
-    let drain_console = |lines: &mut Vec<String>, vm: &mut Vm, consolef: &mut std::io::BufWriter<std::fs::File>| {
-        if let Some(rx) = vm.console.as_ref() {
-            while let Ok(l) = rx.try_recv() {
-                let _ = writeln!(consolef, "{l}");
-                if opts.echo {
-                    eprintln!("  | {l}");
-                }
-                lines.push(l);
-            }
-        }
-    };
-
-    while verdict.is_none() {
-        let now = Instant::now();
-        let before = lines.len();
-        drain_console(&mut lines, &mut vm, &mut consolef);
-        if panic_seen.is_none() && lines[before..].iter().any(|l| l.contains("Kernel panic - not syncing")) {
-            panic_seen = Some(now);
-        }
-        let mut new_events = tail.poll();
-        new_events.extend(console_events(&lines, &mut console_pos));
-        for ev in new_events {
-            match &ev {
-                Event::Hello { .. } => {
-                    boot_s.get_or_insert(t0.elapsed().as_secs_f64());
-                    phase = Phase::Idle;
-                    deadline = now + STEP_GRACE;
-                }
-                Event::StepStart { step } => {
-                    let t = prepared.plan.steps.iter().find(|s| &s.name == step).map(|s| s.timeout_s).unwrap_or(60);
-                    phase = Phase::Step(step.clone());
-                    deadline = now + Duration::from_secs(t) + STEP_GRACE;
-                }
-                Event::StepEnd { .. } => {
-                    phase = Phase::Idle;
-                    deadline = now + STEP_GRACE;
-                }
-                Event::Done => {
-                    phase = Phase::PowerOff;
-                    deadline = now + POWEROFF_TIMEOUT;
-                }
-                Event::InitError { message } => {
-                    verdict = Some(Verdict::InitError { message: message.clone() });
-                }
-                _ => {}
-            }
-            events.push(ev);
-        }
-        if now.duration_since(last_qmp) > Duration::from_millis(100) {
-            last_qmp = now;
-            if vm.poll_events().contains(&VmEvent::Panicked) && panic_seen.is_none() {
-                panic_seen = Some(now);
-            }
-        }
-        if let Some(t) = panic_seen {
-            if now.duration_since(t) > PANIC_LINGER || vm.exited()?.is_some() {
-                drain_console(&mut lines, &mut vm, &mut consolef);
-                let text = console::panic_text(&lines).unwrap_or_else(|| console::tail(&lines, 50));
-                verdict = Some(Verdict::Panic { text });
-                panic_report_s = Some(t.elapsed().as_secs_f64());
-                break;
-            }
-        } else if let Some(st) = vm.exited()? {
-            // Let the reader threads and the chardev file catch up.
-            std::thread::sleep(Duration::from_millis(100));
-            drain_console(&mut lines, &mut vm, &mut consolef);
-            events.extend(tail.poll());
-            events.extend(console_events(&lines, &mut console_pos));
-            let done = events.iter().any(|e| matches!(e, Event::Done));
-            if let Some(text) = console::panic_text(&lines) {
-                verdict = Some(Verdict::Panic { text });
-            } else if done && st.success() {
-                verdict = Some(Verdict::Completed);
-            } else if verdict.is_none() {
-                verdict = Some(Verdict::QemuExited { status: st.to_string(), tail: console::tail(&lines, 50) });
-            }
-        } else if interrupted.load(Ordering::SeqCst) {
-            verdict = Some(Verdict::Interrupted);
-        } else if now > deadline {
-            let what = match &phase {
-                Phase::Boot => format!("boot (no message from the guest init within {:?})", opts.boot_timeout),
-                Phase::Idle => "the guest init between steps".into(),
-                Phase::Step(s) => format!("step {s}"),
-                Phase::PowerOff => "power-off after the plan".into(),
-            };
-            verdict = Some(Verdict::Timeout { phase: what, tail: console::tail(&lines, 50) });
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let rx = start_readers(&mut vm, &spec, &stop);
+    let mut monitor = Monitor::new(&prepared.plan, opts.boot_timeout, t0);
+    let followed = follow(&mut vm, &rx, &mut monitor, &mut log, opts.echo);
+    stop.store(true, Ordering::SeqCst);
     vm.stop();
-    drain_console(&mut lines, &mut vm, &mut consolef);
-    consolef.flush()?;
-    events.extend(tail.poll());
-    events.extend(console_events(&lines, &mut console_pos));
-    write_console_results(&spec, &events)?;
-
-    events.extend(ktap::from_console(&lines));
-    let verdict = verdict.expect("loop ends with a verdict");
-    let splats = console::scan(&lines);
-    let topology_mismatches = check_topology(&prepared.board, &events);
-    let outcome = Outcome {
-        dir: dir.clone(),
-        verdict,
-        events,
-        boot_s,
-        splats,
-        topology_mismatches,
-        wall_s: t0.elapsed().as_secs_f64(),
-        panic_report_s,
-        console_tail: console::tail(&lines, 50),
-    };
-    write_manifest(&dir, &prepared, &spec, &outcome, &vcpus, opts)?;
+    drain(&rx, &mut monitor, &mut log, opts.echo);
+    log.flush()?;
+    followed?;
+    let run = monitor.finish().context("the run ended without a verdict")?;
+    write_console_results(&spec, &run.events)?;
+    let outcome = outcome(dir, &prepared, run, t0);
+    write_manifest(&outcome.dir, &prepared, &spec, &outcome, &vcpus, opts)?;
     Ok(outcome)
+}
+
+/// The outcome of a finished run: its events plus KUnit's, splats, the topology check.
+fn outcome(dir: PathBuf, prepared: &Prepared, run: Finished, t0: Instant) -> Outcome {
+    let mut events = run.events;
+    events.extend(ktap::from_console(&run.lines));
+    let topology_mismatches = check_topology(&prepared.board, &events);
+    Outcome {
+        dir,
+        verdict: run.verdict,
+        splats: splat::scan(&run.lines),
+        topology_mismatches,
+        events,
+        boot_s: run.boot_s,
+        wall_s: t0.elapsed().as_secs_f64(),
+        panic_report_s: run.panic_report_s,
+        console_tail: splat::tail(&run.lines, 50),
+    }
 }
 
 fn pin_vcpus(vcpus: &[(i64, i64)]) {
@@ -264,7 +242,7 @@ pub fn shell(opts: &RunOpts) -> Result<()> {
     let dir = new_run_dir("shell")?;
     let prepared = prepare(opts, plan, &dir)?;
     let spec = vm_spec(&prepared, opts, &dir, Console::Terminal);
-    eprintln!("lab: booting {} (Ctrl-A X quits QEMU; `poweroff -f` ends the guest)", prepared.board.name());
+    progress::note(format!("booting {} (Ctrl-A X quits QEMU; `poweroff -f` ends the guest)", prepared.board.name()));
     let mut vm = Vm::spawn(&spec)?;
     let st = vm.wait()?;
     if !st.success() {
@@ -278,28 +256,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn result_tail_reads_whole_lines_only() {
+    fn line_tail_reads_whole_lines_only() {
         let d = tempfile::tempdir().unwrap();
         let p = d.path().join("r.jsonl");
-        let mut t = ResultTail { path: p.clone(), pos: 0, partial: String::new() };
+        let mut t = LineTail::new(&p);
         assert!(t.poll().is_empty());
         let hello = Event::Hello { kernel: "7.2".into(), uptime_s: 0.5, cmdline: "x".into() }.to_line();
         let (a, b) = hello.split_at(10);
         std::fs::write(&p, a).unwrap();
         assert!(t.poll().is_empty());
-        std::fs::write(&p, format!("{a}{b}{}", Event::Done.to_line())).unwrap();
-        assert_eq!(t.poll().len(), 2);
-    }
-
-    #[test]
-    fn console_results_are_events() {
-        let done = Event::Done.to_line();
-        let mut lines = vec!["[    0.1] boot".to_string(), format!("LABRESULT {done}"), "LABRESULT {bad".into()];
-        let mut pos = 0;
-        assert_eq!(console_events(&lines, &mut pos).len(), 1);
-        assert_eq!(pos, 3);
-        lines.push(format!("[tiers] LABRESULT {done}"));
-        assert_eq!(console_events(&lines, &mut pos).len(), 1);
-        assert!(console_events(&lines, &mut pos).is_empty());
+        let mut f = std::fs::OpenOptions::new().append(true).open(&p).unwrap();
+        write!(f, "{b}{}", Event::Done.to_line()).unwrap();
+        let lines = t.poll();
+        assert_eq!(lines.len(), 2);
+        assert_eq!(Event::parse_line(&lines[1]), Some(Event::Done));
     }
 }

@@ -1,9 +1,9 @@
 //! `lab driver-check`: the series must be clippy-clean, rustfmt-clean and checkpatch-clean,
 //! as an upstream submission would be.
 
-use crate::kbuild::kernel;
 use crate::kbuild::pin::Lock;
 use crate::kbuild::tree::Series;
+use crate::kbuild::{kernel, setup};
 use crate::support::paths;
 use crate::support::process::run_logged;
 use anyhow::{bail, Result};
@@ -13,8 +13,9 @@ use std::process::Command;
 pub fn run() -> Result<()> {
     let cache = paths::cache();
     let lock = Lock::load(&Lock::path())?;
-    let (tc, src, _tree_lock) = kernel::prepared_tree(&cache, &lock)?;
     let series = Series::load(&paths::driver_dir())?;
+    let tc = setup::toolchain(&cache)?;
+    let (src, _tree_lock) = kernel::prepared_tree(&cache, &lock, &series, "driver-check")?;
     let mut problems: Vec<String> = vec![];
 
     // Clippy on the Rust support code and the driver, in an O= directory of its own so the
@@ -25,7 +26,7 @@ pub fn run() -> Result<()> {
     let log = obj.join("clippy.log");
     let mut warnings = vec![];
     let jobs = std::thread::available_parallelism().map(|n| n.get() + 1).unwrap_or(2);
-    eprintln!("lab: clippy on rust/ and drivers/android/binder/ (log: {})", log.display());
+    crate::support::progress::note(format!("clippy on rust/ and drivers/android/binder/ (log: {})", log.display()));
     let res = run_logged(
         tc.make(&src, &obj).args(["CLIPPY=1", &format!("-j{jobs}"), "rust/", "drivers/android/binder/"]),
         &log,
@@ -46,7 +47,7 @@ pub fn run() -> Result<()> {
             warnings.join("\n  ")
         ));
     }
-    println!("clippy: {} warning(s)", warnings.len());
+    crate::support::progress::note(format!("clippy: {} warning(s)", warnings.len()));
 
     let fmt = tc.make(&src, &obj).arg("rustfmtcheck").output()?;
     let fmt_out = String::from_utf8_lossy(&fmt.stdout).into_owned() + &String::from_utf8_lossy(&fmt.stderr);
@@ -54,7 +55,7 @@ pub fn run() -> Result<()> {
         let lines: Vec<&str> = fmt_out.lines().filter(|l| l.starts_with("Diff in")).collect();
         problems.push(format!("rustfmtcheck: {} file(s) need rustfmt:\n  {}", lines.len(), lines.join("\n  ")));
     }
-    println!("rustfmtcheck: {}", if fmt.status.success() { "clean" } else { "FAILED" });
+    crate::support::progress::note(format!("rustfmtcheck: {}", if fmt.status.success() { "clean" } else { "FAILED" }));
 
     for p in &series.patches {
         // checkpatch runs scripts/spdxcheck.py with `python3`; use the system one, which has
@@ -70,7 +71,7 @@ pub fn run() -> Result<()> {
             .output()?;
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
         let clean = out.status.success() && !text.contains("WARNING") && !text.contains("ERROR");
-        println!("checkpatch {p}: {}", if clean { "clean" } else { "FAILED" });
+        crate::support::progress::note(format!("checkpatch {p}: {}", if clean { "clean" } else { "FAILED" }));
         if !clean {
             problems.push(format!("checkpatch {p}:\n{text}"));
         }
@@ -78,6 +79,6 @@ pub fn run() -> Result<()> {
     if !problems.is_empty() {
         bail!("driver-check found problems:\n{}", problems.join("\n"));
     }
-    println!("driver-check: clean ({} patch(es))", series.patches.len());
+    crate::support::progress::note(format!("driver-check: clean ({} patch(es))", series.patches.len()));
     Ok(())
 }

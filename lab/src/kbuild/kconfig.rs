@@ -134,8 +134,15 @@ mod tests {
 
     #[test]
     fn shipped_fragments_parse() {
-        for f in ["base.config", "perf.config", "debug.config"] {
-            Fragment::load(&crate::support::paths::kernel_config_dir().join(f)).unwrap();
+        let dir = crate::support::paths::kernel_config_dir();
+        let mut n = 0;
+        for e in std::fs::read_dir(&dir).unwrap().flatten() {
+            if e.path().extension().is_some_and(|x| x == "config") {
+                Fragment::load(&e.path()).unwrap_or_else(|err| panic!("{}: {err:#}", e.path().display()));
+                n += 1;
+            }
         }
+        // base, perf, debug, cbinder at least.
+        assert!(n >= 4, "only {n} fragments in {}", dir.display());
     }
 }

@@ -76,7 +76,7 @@ pub fn ensure_kernel_deb(cache: &Path, lock: &Lock) -> Result<PathBuf> {
             k.version
         );
     }
-    eprintln!("lab: downloading {} {} (~165 MB)", k.package, k.version);
+    crate::support::progress::note(format!("downloading {} {} (~165 MB)", k.package, k.version));
     let got = apt.download(&format!("{}={}", k.package, k.version), &dest)?;
     let sum = sha256_file(&got)?;
     if sum != k.sha256 {
@@ -110,8 +110,8 @@ fn verified(path: &Path, want: &str) -> Result<bool> {
     Ok(true)
 }
 
-/// `lab kernel-lock`: pin the newest 7.2.x served.
-pub fn kernel_lock(cache: &Path) -> Result<()> {
+/// `lab kernel-lock`: pin the newest 7.2.x served; returns what changed.
+pub fn kernel_lock(cache: &Path) -> Result<String> {
     let path = Lock::path();
     let mut lock = Lock::load(&path)?;
     let apt = PrivateApt::new(cache);
@@ -120,17 +120,15 @@ pub fn kernel_lock(cache: &Path) -> Result<()> {
         format!("no {} is served by trixie-backports or sid any more; pick a new kernel series", lock.kernel.package)
     })?;
     if newest.version == lock.kernel.version {
-        println!("kernel.lock already pins the newest {}: {}", lock.kernel.package, newest.version);
-        return Ok(());
+        return Ok(format!("kernel.lock already pins the newest {}: {}", lock.kernel.package, newest.version));
     }
     let old = lock.kernel.version.clone();
     lock.kernel.version = newest.version.clone();
     lock.kernel.sha256 = newest.sha256;
     lock.kernel.suite = if newest.version.contains("~bpo") { "trixie-backports".into() } else { "sid".into() };
     write_atomic(&path, lock.render().as_bytes())?;
-    println!("kernel.lock: {} {old} -> {}", lock.kernel.package, newest.version);
     ensure_kernel_deb(cache, &lock)?;
-    Ok(())
+    Ok(format!("kernel.lock: {} {old} -> {}", lock.kernel.package, newest.version))
 }
 
 #[cfg(test)]

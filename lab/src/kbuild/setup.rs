@@ -47,6 +47,6 @@ fn rust_available(tc: &Toolchain, tree: &Path) -> Result<()> {
             tc.rust_lib_src.display()
         );
     }
-    eprintln!("lab: make rustavailable: Rust is available (rustc {})", tc.rustc_version);
+    crate::support::progress::note(format!("make rustavailable: Rust is available (rustc {})", tc.rustc_version));
     write_atomic(&stamp, fp.as_bytes())
 }

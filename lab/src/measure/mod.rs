@@ -1,7 +1,8 @@
 //! Stage 5: measurements. Statistics, benchmark samples and tables, plots, and the seed
-//! experiments (`bench`, `reproduce`). Imports `report`, `harness` and below.
+//! experiments (`bench`, `reproduce`), the nightly's regression gate. Imports `report`, `harness` and below.
 
 pub mod bench;
+pub mod gate;
 pub mod matrix;
 pub mod plots;
 pub mod reproduce;

@@ -697,12 +697,15 @@ fn write_plots(out: &Path, s1: &Experiment, s2: &Experiment) -> Result<()> {
 pub fn run(profile: Profile, base: &RunOpts, out: &Path) -> Result<Reproduction> {
     let seeds = seeds()?;
     let sizes = Sizes::of(profile);
-    eprintln!("lab reproduce: seed 000 (CTABS modes 0/1/2, {} repetitions)", sizes.bench_reps);
+    crate::support::progress::note(format!(
+        "reproduce: seed 000 (CTABS modes 0/1/2, {} repetitions)",
+        sizes.bench_reps
+    ));
     let (o0, _) = bench::execute(profile, sizes.bench_reps, None, base)?;
     let s0 = Experiment::new(vec![o0]);
-    eprintln!("lab reproduce: seed 001 (C vs Rust driver, {} runs each)", sizes.tput_runs);
+    crate::support::progress::note(format!("reproduce: seed 001 (C vs Rust driver, {} runs each)", sizes.tput_runs));
     let s1 = seed001(sizes, base)?;
-    eprintln!("lab reproduce: seed 002 (defer_tc 0/1, {} repetitions)", sizes.sendvec_reps);
+    crate::support::progress::note(format!("reproduce: seed 002 (defer_tc 0/1, {} repetitions)", sizes.sendvec_reps));
     let s2 = seed002(sizes, base)?;
     let text = render(&seeds, &s0, &s1, &s2, sizes);
     std::fs::create_dir_all(out)?;

@@ -92,7 +92,7 @@ pub fn host_install(pkgs: &[String], backports: Option<&str>, cache: &Path) -> R
         );
     };
     for args in [update, install] {
-        eprintln!("lab: apt-get {}", args.join(" "));
+        crate::support::progress::note(format!("apt-get {}", args.join(" ")));
         let mut argv = prefix.clone();
         argv.push("apt-get".into());
         argv.extend(args);
@@ -174,7 +174,7 @@ impl PrivateApt {
     /// Refreshes the package lists (a few seconds).
     pub fn update(&self) -> Result<()> {
         self.prepare()?;
-        eprintln!("lab: refreshing private apt lists in {}", self.root.display());
+        crate::support::progress::note(format!("refreshing private apt lists in {}", self.root.display()));
         let st = Command::new("apt-get").args(self.opts()).args(["-q", "update"]).status()?;
         if !st.success() {
             bail!("private `apt-get update` failed ({st}); is the Debian mirror reachable?");

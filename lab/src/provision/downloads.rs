@@ -21,11 +21,9 @@ pub fn busybox(cache: &Path) -> Result<PathBuf> {
     if let Some(bin) = ["bin/busybox", "usr/bin/busybox"].iter().map(|r| out.join(r)).find(|p| p.is_file()) {
         return Ok(bin);
     }
-    let tmp = out.with_extension("tmp");
-    let _ = std::fs::remove_dir_all(&tmp);
-    let bin = rootfs::extract_busybox(&deb, &tmp)?;
-    let rel = bin.strip_prefix(&tmp)?.to_path_buf();
-    let _ = std::fs::remove_dir_all(&out);
-    std::fs::rename(&tmp, &out)?;
+    let rel = crate::support::fs::publish_dir(&out, |tmp| {
+        let bin = rootfs::extract_busybox(&deb, tmp)?;
+        Ok(bin.strip_prefix(tmp)?.to_path_buf())
+    })?;
     Ok(out.join(rel))
 }

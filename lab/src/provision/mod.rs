@@ -3,4 +3,5 @@
 
 pub mod apt;
 pub mod downloads;
+pub mod kcidb_io;
 pub mod toolchain;

@@ -142,7 +142,7 @@ fn ensure_host_packages(cache: &Path) -> Result<()> {
     if missing.is_empty() {
         return Ok(());
     }
-    eprintln!("lab: installing system packages: {}", missing.join(" "));
+    crate::support::progress::note(format!("installing system packages: {}", missing.join(" ")));
     let codename = apt::host_codename();
     // bookworm ships QEMU 7.2: take qemu (alone) from the host release's own backports.
     let qemu_from_backports = qemu && codename.as_deref() == Some("bookworm");
@@ -176,17 +176,13 @@ fn ensure_rust_src(cache: &Path) -> Result<PathBuf> {
                 );
             };
             let deb = apt.download(&format!("rust-src={}", v.version), &cache.join("downloads"))?;
-            let dir = rust_src_dir(cache, &rustc);
-            let tmp = dir.with_extension("tmp");
-            let _ = std::fs::remove_dir_all(&tmp);
-            std::fs::create_dir_all(&tmp)?;
-            let st = Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&tmp).status()?;
-            if !st.success() {
-                bail!("dpkg-deb -x {} failed", deb.display());
-            }
-            std::fs::write(tmp.join(".complete"), &v.version)?;
-            let _ = std::fs::remove_dir_all(&dir);
-            std::fs::rename(&tmp, &dir)?;
+            crate::support::fs::publish_dir(&rust_src_dir(cache, &rustc), |tmp| {
+                let st = Command::new("dpkg-deb").arg("-x").arg(&deb).arg(tmp).status()?;
+                if !st.success() {
+                    bail!("dpkg-deb -x {} failed", deb.display());
+                }
+                Ok(std::fs::write(tmp.join(".complete"), &v.version)?)
+            })?;
             rust_src_library(cache, &rustc).context("rust-src unpacked without usr/src/rustc-*/library")?
         }
     };
@@ -197,7 +193,10 @@ fn ensure_rust_src(cache: &Path) -> Result<PathBuf> {
         std::fs::create_dir_all(link.parent().unwrap())?;
         std::os::unix::fs::symlink(lib.parent().unwrap(), &link)
             .with_context(|| format!("linking rust-src into the rustc sysroot at {}", link.display()))?;
-        eprintln!("lab: linked rust-src into {} (same as `rustup component add rust-src`)", link.display());
+        crate::support::progress::note(format!(
+            "linked rust-src into {} (same as `rustup component add rust-src`)",
+            link.display()
+        ));
     }
     Ok(lib)
 }
@@ -207,7 +206,10 @@ fn ensure_bindgen(cache: &Path) -> Result<()> {
     if root.join("bin/bindgen").is_file() {
         return Ok(());
     }
-    eprintln!("lab: installing bindgen-cli {BINDGEN_VERSION} into {} (a few minutes)", root.display());
+    crate::support::progress::note(format!(
+        "installing bindgen-cli {BINDGEN_VERSION} into {} (a few minutes)",
+        root.display()
+    ));
     let st = Command::new("cargo")
         .args(["install", "--locked", "bindgen-cli", "--version", BINDGEN_VERSION, "--root"])
         .arg(&root)
@@ -227,5 +229,6 @@ pub fn ensure_tools(cache: &Path) -> Result<Toolchain> {
     ensure_rust_src(cache)?;
     ensure_bindgen(cache)?;
     crate::provision::downloads::busybox(cache)?;
+    crate::provision::kcidb_io::ensure(cache)?;
     Toolchain::probe(cache).context("toolchain incomplete after setup")
 }

@@ -143,71 +143,93 @@ pub fn junit_xml(o: &Outcome) -> String {
     junit_merged(&run_name, &[("", o)])
 }
 
+/// A run's JUnit properties: kernel key and flavor, board and TCG mode from its manifest,
+/// and the fuzzer's seed when it ran.
+fn properties(o: &Outcome) -> Vec<quick_junit::Property> {
+    let m: serde_json::Value = std::fs::read(o.dir.join("manifest.json"))
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default();
+    let mut p = vec![];
+    for (name, field) in [("kernel_key", "kernel_key"), ("flavor", "kernel_flavor"), ("board", "board"), ("tcg", "tcg")]
+    {
+        if let Some(v) = m[field].as_str() {
+            p.push(quick_junit::Property::new(name, v));
+        }
+    }
+    if let Some(seed) = o.data("fuzz").and_then(|d| d["seed"].as_str()) {
+        p.push(quick_junit::Property::new("fuzz_seed", seed));
+    }
+    p
+}
+
+fn junit_case(c: &TestCase) -> quick_junit::TestCase {
+    use quick_junit::{NonSuccessKind, TestCaseStatus};
+    let mut status = match c.status {
+        Status::Pass => TestCaseStatus::success(),
+        Status::Skip => TestCaseStatus::skipped(),
+        Status::Fail => TestCaseStatus::non_success(NonSuccessKind::Failure),
+    };
+    if c.status != Status::Pass {
+        status.set_message(xml_text(c.message.as_deref().unwrap_or("")));
+    }
+    if c.status == Status::Fail {
+        status.set_type("failure").set_description(xml_text(c.detail.as_deref().unwrap_or("")));
+    }
+    let mut t = quick_junit::TestCase::new(xml_text(&c.name), status);
+    t.set_classname(xml_text(&format!("binder-lab.{}", c.suite)))
+        .set_time(std::time::Duration::from_secs_f64(c.time_s.max(0.0)));
+    t
+}
+
+/// `s` with the characters XML cannot carry (terminal escapes from a console) written as
+/// `\xNN`, as in [`xml_escape`]; quick-junit escapes the markup.
+fn xml_text(s: &str) -> String {
+    s.chars()
+        .map(|c| match c {
+            '\t' | '\n' | '\r' => c.to_string(),
+            c if (c as u32) < 0x20 || c == '\u{fffe}' || c == '\u{ffff}' => format!("\\x{:02x}", c as u32),
+            c => c.to_string(),
+        })
+        .collect()
+}
+
 /// One JUnit document for several runs; each run's suites are named `<prefix>.<step>`
-/// (or just `<step>` with an empty prefix).
+/// (or just `<step>` with an empty prefix), carry the run's properties and, as
+/// `<system-out>`, the last console lines of the run.
 pub fn junit_merged(name: &str, runs: &[(&str, &Outcome)]) -> String {
-    let all: Vec<TestCase> = runs
-        .iter()
-        .flat_map(|(prefix, o)| {
-            test_cases(o).into_iter().map(move |mut c| {
+    let mut report = quick_junit::Report::new(xml_text(name));
+    let mut total = 0.0;
+    for (prefix, o) in runs {
+        let cases: Vec<TestCase> = test_cases(o)
+            .into_iter()
+            .map(|mut c| {
                 if !prefix.is_empty() {
                     c.suite = format!("{prefix}.{}", c.suite);
                 }
                 c
             })
-        })
-        .collect();
-    let mut suites: Vec<String> = vec![];
-    for c in &all {
-        if !suites.contains(&c.suite) {
-            suites.push(c.suite.clone());
-        }
-    }
-    let (n, f, s) = counts(&all);
-    let total: f64 = all.iter().filter(|c| !c.name.ends_with("/(step)")).map(|c| c.time_s).sum();
-    let mut x = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
-    let _ = writeln!(
-        x,
-        "<testsuites name=\"{}\" tests=\"{n}\" failures=\"{f}\" errors=\"0\" skipped=\"{s}\" time=\"{total:.3}\">",
-        xml_escape(name)
-    );
-    for suite in &suites {
-        let sc: Vec<TestCase> = all.iter().filter(|c| &c.suite == suite).cloned().collect();
-        let (sn, sf, ss) = counts(&sc);
-        let st: f64 = sc.iter().map(|c| c.time_s).sum();
-        let _ = writeln!(
-            x,
-            "  <testsuite name=\"{}\" tests=\"{sn}\" failures=\"{sf}\" errors=\"0\" skipped=\"{ss}\" time=\"{st:.3}\">",
-            xml_escape(suite)
-        );
-        for c in &sc {
-            let head = format!(
-                "    <testcase classname=\"binder-lab.{}\" name=\"{}\" time=\"{:.3}\"",
-                xml_escape(&c.suite),
-                xml_escape(&c.name),
-                c.time_s
-            );
-            let msg = xml_escape(c.message.as_deref().unwrap_or(""));
-            match c.status {
-                Status::Pass => {
-                    let _ = writeln!(x, "{head}/>");
-                }
-                Status::Skip => {
-                    let _ = writeln!(x, "{head}>\n      <skipped message=\"{msg}\"/>\n    </testcase>");
-                }
-                Status::Fail => {
-                    let detail = xml_escape(c.detail.as_deref().unwrap_or(""));
-                    let _ = writeln!(
-                        x,
-                        "{head}>\n      <failure message=\"{msg}\" type=\"failure\">{detail}</failure>\n    </testcase>"
-                    );
-                }
+            .collect();
+        total += cases.iter().filter(|c| !c.name.ends_with("/(step)")).map(|c| c.time_s).sum::<f64>();
+        let props = properties(o);
+        let mut suites: Vec<&str> = vec![];
+        for c in &cases {
+            if !suites.contains(&c.suite.as_str()) {
+                suites.push(&c.suite);
             }
         }
-        x.push_str("  </testsuite>\n");
+        for suite in suites {
+            let mut ts = quick_junit::TestSuite::new(xml_text(suite));
+            ts.add_properties(props.clone());
+            let sc: Vec<&TestCase> = cases.iter().filter(|c| c.suite == suite).collect();
+            ts.set_time(std::time::Duration::from_secs_f64(sc.iter().map(|c| c.time_s.max(0.0)).sum()));
+            ts.add_test_cases(sc.into_iter().map(junit_case));
+            ts.set_system_out(xml_text(&o.console_tail));
+            report.add_test_suite(ts);
+        }
     }
-    x.push_str("</testsuites>\n");
-    x
+    report.set_time(std::time::Duration::from_secs_f64(total.max(0.0)));
+    report.to_string().unwrap_or_else(|e| format!("<!-- JUnit serialization failed: {e} -->\n"))
 }
 
 /// A YAML block scalar for a TAP diagnostic, indented under `key`.
@@ -372,19 +394,48 @@ pub(crate) mod tests {
     fn junit_is_escaped_and_counts_right() {
         let x = junit_xml(&sample());
         assert!(x.starts_with("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites"));
-        assert!(x.contains("tests=\"5\" failures=\"3\" errors=\"0\" skipped=\"1\""), "{x}");
+        assert!(x.contains("tests=\"5\" skipped=\"1\" failures=\"3\" errors=\"0\""), "{x}");
         assert!(x.contains(
-            "<testcase classname=\"binder-lab.conformance\" name=\"conformance/binder_version\" time=\"0.028\"/>"
+            "<testcase name=\"conformance/binder_version\" classname=\"binder-lab.conformance\" time=\"0.028\"/>"
         ));
         assert!(x.contains("message=\"A -&gt; B: &lt;bad&gt; &amp; &quot;worse&quot;\""), "{x}");
         assert!(x.contains("second line</failure>"));
         assert!(x.contains("<skipped message=\"needs the C driver\"/>"));
         // The terminal escape from the console must not reach the XML.
         assert!(!x.contains('\x1b') && x.contains("\\x1b[0m"));
-        // Balanced elements.
+        // Balanced elements; the console tail as each suite's system-out.
         assert_eq!(x.matches("<testsuite ").count(), x.matches("</testsuite>").count());
         assert_eq!(x.matches("<testcase ").count(), 5);
+        assert_eq!(x.matches("<system-out>last &lt;line&gt;</system-out>").count(), 2, "{x}");
         assert_eq!(xml_escape("a'b\u{0}c\td"), "a&apos;b\\x00c\td");
+    }
+
+    #[test]
+    fn junit_carries_the_run_properties() {
+        let d = tempfile::tempdir().unwrap();
+        let manifest = serde_json::json!({"kernel_key": "bb6914c70394e1a7", "kernel_flavor": "debug",
+                                          "board": "sa8155p", "tcg": "icount"});
+        std::fs::write(d.path().join("manifest.json"), manifest.to_string()).unwrap();
+        let mut o = sample();
+        o.dir = d.path().to_path_buf();
+        o.events.push(Event::Result {
+            step: "fuzz".into(),
+            case: "fuzz".into(),
+            status: Status::Pass,
+            duration_ms: 1.0,
+            message: None,
+            data: serde_json::json!({"seed": "0x5eed"}),
+        });
+        let x = junit_xml(&o);
+        for (k, v) in [
+            ("kernel_key", "bb6914c70394e1a7"),
+            ("flavor", "debug"),
+            ("board", "sa8155p"),
+            ("tcg", "icount"),
+            ("fuzz_seed", "0x5eed"),
+        ] {
+            assert!(x.contains(&format!("<property name=\"{k}\" value=\"{v}\"/>")), "{k}: {x}");
+        }
     }
 
     #[test]

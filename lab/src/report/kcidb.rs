@@ -133,6 +133,21 @@ pub fn patchset_hash(patch_sha256s: &[String]) -> Option<String> {
 }
 
 /// Log excerpts are kept short: the schema allows 16 KiB.
+/// Validates `file` against the latest KCIDB schema with kcidb-io's `python`; the error is
+/// kcidb-io's message.
+pub fn validate(python: &std::path::Path, file: &std::path::Path) -> Result<(), String> {
+    let out = std::process::Command::new(python)
+        .args(["-c", "import json,sys,kcidb_io; kcidb_io.schema.LATEST.validate(json.load(open(sys.argv[1])))"])
+        .arg(file)
+        .output()
+        .map_err(|e| format!("running {}: {e}", python.display()))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!("invalid: {}", excerpt(&String::from_utf8_lossy(&out.stderr))))
+    }
+}
+
 pub fn excerpt(s: &str) -> String {
     const MAX: usize = 16 * 1024 - 64;
     if s.len() <= MAX {

@@ -4,6 +4,7 @@
 pub mod cases;
 pub mod html;
 pub mod kcidb;
+pub mod nightly;
 pub mod summary;
 
 use crate::harness::opts::RunOpts;
