@@ -9,7 +9,7 @@ use anyhow::Result;
 use std::path::PathBuf;
 
 pub fn run(profile: Profile, reps: usize, threads: Option<usize>, args: &RunArgs) -> Result<Exit> {
-    let (outcome, text) = bench::execute(profile, reps, threads, &args.measure_opts("bench"))?;
+    let (outcome, text) = bench::execute(profile, reps, threads, &args.measure_opts("bench")?)?;
     let seed = crate::measure::reproduce::append_seed000(&outcome.dir, &outcome.events)?;
     println!("{text}{seed}");
     print!("{}", summary(&outcome));
@@ -19,7 +19,7 @@ pub fn run(profile: Profile, reps: usize, threads: Option<usize>, args: &RunArgs
 /// `lab bench --matrix`: the four configurations of thread pool × EAS and their table.
 pub fn matrix(profile: Profile, reps: usize, out: Option<PathBuf>, args: &RunArgs) -> Result<Exit> {
     let out = out.unwrap_or_else(|| paths::repo().join("target/lab/bench-matrix").join(utc_stamp()));
-    let (ok, text) = crate::measure::matrix::run(profile, reps, &args.measure_opts("bench"), &out)?;
+    let (ok, text) = crate::measure::matrix::run(profile, reps, &args.measure_opts("bench")?, &out)?;
     println!("{text}\nreport: {}", out.join("matrix.md").display());
     Ok(if ok { Exit::Ok } else { Exit::TestFailure })
 }

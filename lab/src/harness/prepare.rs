@@ -25,7 +25,7 @@ pub struct Prepared {
 /// Builds what is missing and writes the DTB and initramfs into `dir`.
 pub fn prepare(opts: &RunOpts, plan: Plan, dir: &Path) -> Result<Prepared> {
     let cache = paths::cache();
-    let (board, board_sha256) = load_board_file(&opts.board)?;
+    let (board, board_sha256) = load_board_file(&opts.board, opts.smp, opts.memory.as_deref())?;
     let board = if opts.no_eas { board.without_eas() } else { board };
     let kernel = kernel::build(&opts.flavor)?;
     let base = std::fs::read(dtb::qemu_dtb(&cache, &board)?)?;
