@@ -46,6 +46,8 @@ pub fn generate_dtb(board: &Board, qemu_dtb: &[u8]) -> Result<Vec<u8>> {
     let mut phandles = Phandles::new(max_phandle(&tree.root))?;
     let clk_phandles = add_cluster_clocks(&mut tree.root, board, &mut phandles)?;
 
+    let opp_phandles = add_opp_tables(&mut tree, board, &mut phandles)?;
+
     let cpus = tree.root.child_mut("cpus").ok_or_else(|| anyhow!("QEMU DTB has no /cpus node"))?;
     let cpu_names: Vec<String> = (*cpus).children().filter(|n| is_cpu_node(n)).map(|n| n.name().to_string()).collect();
     ensure!(
@@ -66,6 +68,10 @@ pub fn generate_dtb(board: &Board, qemu_dtb: &[u8]) -> Result<Vec<u8>> {
         let node = cpus.child_mut(name).expect("just listed");
         let cluster = &board.clusters()[cluster_idx];
         cpu_phandles.push(describe_cpu(node, cluster, clk_phandles[cluster_idx], l3_phandle, &mut phandles)?);
+        if let (Some(e), Some(opp)) = (cluster.eas, opp_phandles[cluster_idx]) {
+            node.add_property(prop("operating-points-v2", opp)?);
+            node.add_property(prop("dynamic-power-coefficient", e.dynamic_power_coefficient)?);
+        }
     }
     if let (Some(l3), Some(ph)) = (board.l3(), l3_phandle) {
         cpus.remove_child("l3-cache");
@@ -158,6 +164,37 @@ fn cpu_map(board: &Board, cpu_phandles: &[u32]) -> Result<DeviceTreeNode> {
         clusters.into_iter().for_each(|c| map.add_child(c));
     }
     Ok(map)
+}
+
+/// One `operating-points-v2` table per cluster with EAS data (phandle per cluster, None
+/// without): `opp-shared` (one clock per cluster) and a single OPP at the fixed clock, so
+/// cpufreq never believes in a rate the clock cannot take. The root compatible stays
+/// QEMU's: cpufreq-dt-platdev blocklists qcom,sm8150 and qcom,sa8155p.
+fn add_opp_tables(tree: &mut DeviceTree, board: &Board, phandles: &mut Phandles) -> Result<Vec<Option<u32>>> {
+    let mut out = Vec::new();
+    for (i, c) in board.clusters().iter().enumerate() {
+        let Some(e) = c.eas else {
+            out.push(None);
+            continue;
+        };
+        let name = format!("opp-table-cluster{i}");
+        ensure!(tree.root.child(&name).is_none(), "QEMU DTB already has a /{name} node");
+        let ph = phandles.alloc()?;
+        let hz = u64::from(c.clock_hz());
+        let opp = DeviceTreeNode::builder(format!("opp-{hz}"))?
+            .property(prop("opp-hz", hz)?)
+            .property(prop("opp-microvolt", e.microvolt)?)
+            .build();
+        let mut table = DeviceTreeNode::builder(name)?
+            .property(prop("compatible", "operating-points-v2")?)
+            .property(prop("opp-shared", &[] as &[u8])?)
+            .property(prop("phandle", ph)?)
+            .build();
+        table.add_child(opp);
+        tree.root.add_child(table);
+        out.push(Some(ph));
+    }
+    Ok(out)
 }
 
 fn prop<T: dtoolkit::ToPropertyValue>(name: &str, value: T) -> Result<DeviceTreeProperty> {

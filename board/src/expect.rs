@@ -1,5 +1,5 @@
-//! The board's `[expect]` table: capacities and cluster ids the file states, which must
-//! agree with what its cluster data gives (as Linux computes it).
+//! The board's `[expect]` table: capacities, cluster ids and energy-model costs the file
+//! states, which must agree with what its cluster data gives (as Linux computes it).
 
 use std::fmt;
 
@@ -11,6 +11,17 @@ pub(crate) fn check(board: &Board, expect: Option<ExpectFile>, file: &str) -> Re
     let cx = Ctx { file };
     let smp = board.smp();
     let Some(exp) = expect else { return Ok(()) };
+    if let Some(costs) = exp.em_cost {
+        let computed: Vec<u64> = board.clusters().iter().filter_map(|c| crate::eas::em_cost(board, c)).collect();
+        check_stated_per(
+            &cx,
+            "expect.em_cost",
+            &costs,
+            &computed,
+            ("cluster", &format!("{} clusters", board.clusters().len())),
+            "power * 10 / capacity as kernel/power/energy_model.c computes it from the cluster's eas data",
+        )?;
+    }
     let computed = topology::expected_topology(board);
     if let Some(caps) = exp.cpu_capacity {
         check_stated(
@@ -43,17 +54,29 @@ fn check_stated<T: PartialEq + fmt::Debug>(
     smp: u32,
     how: &str,
 ) -> Result<(), BoardError> {
+    check_stated_per(cx, field, stated, computed, ("cpu", &format!("qemu.smp = {smp} CPUs")), how)
+}
+
+/// One stated value per `item` (cpu, cluster) against the computed ones.
+fn check_stated_per<T: PartialEq + fmt::Debug>(
+    cx: &Ctx<'_>,
+    field: &str,
+    stated: &[T],
+    computed: &[T],
+    (item, per): (&str, &str),
+    how: &str,
+) -> Result<(), BoardError> {
     if stated.len() != computed.len() {
         return Err(cx.err(
             field,
-            format!("{} values for qemu.smp = {smp} CPUs", stated.len()),
-            &format!("give one value per CPU: {computed:?}"),
+            format!("{} values for {per}", stated.len()),
+            &format!("give one value per {item}: {computed:?}"),
         ));
     }
-    if let Some(cpu) = (0..stated.len()).find(|&i| stated[i] != computed[i]) {
+    if let Some(i) = (0..stated.len()).find(|&i| stated[i] != computed[i]) {
         return Err(cx.err(
-            format!("{field}[{cpu}]"),
-            format!("states {:?} for cpu {cpu} but the board data gives {:?} ({how})", stated[cpu], computed[cpu]),
+            format!("{field}[{i}]"),
+            format!("states {:?} for {item} {i} but the board data gives {:?} ({how})", stated[i], computed[i]),
             &format!("fix the cluster data or set {field} = {computed:?}"),
         ));
     }

@@ -102,6 +102,14 @@ struct ClusterFile {
     l1i: Option<CacheFile>,
     l1d: Option<CacheFile>,
     l2: Option<CacheFile>,
+    eas: Option<EasFile>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EasFile {
+    dynamic_power_coefficient: u32,
+    microvolt: u32,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize)]
@@ -117,6 +125,7 @@ struct CacheFile {
 pub(crate) struct ExpectFile {
     pub(crate) cpu_capacity: Option<Vec<u32>>,
     pub(crate) cluster_id: Option<Vec<i32>>,
+    pub(crate) em_cost: Option<Vec<u64>>,
 }
 
 // ---------------------------------------------------------------- validated model
@@ -181,6 +190,19 @@ pub struct Cluster {
     pub l1d: Option<Cache>,
     /// Per-core (private) L2.
     pub l2: Option<Cache>,
+    /// Energy model of the cluster's single OPP, for EAS.
+    pub eas: Option<ClusterEas>,
+}
+
+/// One cluster's energy model: a single OPP at the fixed clock (`max_khz`), whose power
+/// Linux computes from the cpu nodes' `dynamic-power-coefficient` and the OPP's
+/// `opp-microvolt` (drivers/opp/of.c `dev_pm_opp_calc_power`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClusterEas {
+    /// DT `dynamic-power-coefficient`, µW/MHz/V².
+    pub dynamic_power_coefficient: u32,
+    /// The OPP's `opp-microvolt`.
+    pub microvolt: u32,
 }
 
 impl Cluster {
@@ -251,6 +273,16 @@ impl Board {
     /// Shared last-level cache, if described.
     pub fn l3(&self) -> Option<Cache> {
         self.l3
+    }
+    /// Whether the board describes an energy model (and so runs EAS).
+    pub fn has_eas(&self) -> bool {
+        self.clusters.iter().any(|c| c.eas.is_some())
+    }
+    /// The same board without its energy model (`--no-eas`): no OPP tables, no EAS.
+    pub fn without_eas(&self) -> Board {
+        let mut b = self.clone();
+        b.clusters.iter_mut().for_each(|c| c.eas = None);
+        b
     }
     /// Index into [`Board::clusters`] of the cluster holding `cpu`.
     pub fn cluster_index_of(&self, cpu: u32) -> Option<usize> {
@@ -380,6 +412,7 @@ pub(crate) fn validate(raw: BoardFile, file: &str) -> Result<(Board, Option<Expe
         clusters,
         l3,
     };
+    check_eas_board(&cx, &board)?;
     Ok((board, raw.expect))
 }
 
@@ -532,6 +565,7 @@ fn check_cluster(cx: &Ctx<'_>, i: usize, c: &ClusterFile) -> Result<Cluster, Boa
         l1i: cache("l1i", c.l1i)?,
         l1d: cache("l1d", c.l1d)?,
         l2: cache("l2", c.l2)?,
+        eas: check_eas(cx, &f("eas"), c.eas)?,
     })
 }
 
@@ -575,4 +609,48 @@ fn check_cache(cx: &Ctx<'_>, field: &str, c: Option<CacheFile>) -> Result<Option
         ));
     }
     Ok(Some(Cache { size_bytes, line_bytes: c.line_bytes, ways: c.ways }))
+}
+
+fn check_eas(cx: &Ctx<'_>, field: &str, e: Option<EasFile>) -> Result<Option<ClusterEas>, BoardError> {
+    let Some(e) = e else { return Ok(None) };
+    if e.dynamic_power_coefficient == 0 {
+        return Err(cx.err(
+            format!("{field}.dynamic_power_coefficient"),
+            "0 gives no energy model",
+            "use the cpu nodes' dynamic-power-coefficient from the SoC's dtsi (µW/MHz/V², e.g. 232 for SM8150 silver)",
+        ));
+    }
+    if !(100_000..=2_000_000).contains(&e.microvolt) {
+        return Err(cx.err(
+            format!("{field}.microvolt"),
+            format!("{} µV is not a CPU supply voltage", e.microvolt),
+            "give the OPP's voltage in microvolts, 100000..=2000000 (e.g. 900000 for 0.9 V)",
+        ));
+    }
+    Ok(Some(ClusterEas { dynamic_power_coefficient: e.dynamic_power_coefficient, microvolt: e.microvolt }))
+}
+
+/// EAS needs an energy model on every CPU and CPUs of different capacities
+/// (kernel/sched/topology.c `sched_is_eas_possible`, `build_perf_domains`).
+fn check_eas_board(cx: &Ctx<'_>, board: &Board) -> Result<(), BoardError> {
+    let with: Vec<usize> = (0..board.clusters.len()).filter(|&i| board.clusters[i].eas.is_some()).collect();
+    if with.is_empty() {
+        return Ok(());
+    }
+    if let Some(i) = (0..board.clusters.len()).find(|i| !with.contains(i)) {
+        return Err(cx.err(
+            format!("clusters[{i}].eas"),
+            format!("cluster {:?} has no eas but others do", board.clusters[i].name),
+            "give every cluster an eas table (Linux builds perf domains only when every CPU has an energy model), or none",
+        ));
+    }
+    let caps = crate::topology::expected_capacities(board);
+    if caps.iter().all(|&c| c == caps[0]) {
+        return Err(cx.err(
+            "clusters[0].eas",
+            format!("every CPU has capacity {}: the scheduler runs EAS only on asymmetric capacities", caps[0]),
+            "remove the eas tables (a symmetric board runs without EAS), or make the clusters differ",
+        ));
+    }
+    Ok(())
 }

@@ -418,7 +418,165 @@ fn sa8155p_dtb_cpu_map_and_the_rest_untouched() {
         .filter(|c| old_tree.root.child(c.name()).is_none())
         .map(|c| c.name().to_string())
         .collect();
-    assert_eq!(added, ["clk-cluster0", "clk-cluster1", "clk-cluster2"]);
+    assert_eq!(
+        added,
+        [
+            "clk-cluster0",
+            "clk-cluster1",
+            "clk-cluster2",
+            "opp-table-cluster0",
+            "opp-table-cluster1",
+            "opp-table-cluster2"
+        ]
+    );
+}
+
+#[test]
+fn sa8155p_dtb_eas() {
+    let out = generate_dtb(&sa8155p(), FIXTURE).unwrap();
+    let fdt = Fdt::new(&out).unwrap();
+    let phandles = phandle_map(&fdt);
+    let by_phandle = |ph: u32| fdt.find_node(&phandles[&ph]).unwrap();
+    let cpus = cpu_nodes(&fdt);
+    // EAS: every cpu links its cluster's OPP table (one shared OPP at the fixed clock) and
+    // carries sm8150.dtsi's dynamic-power-coefficient.
+    for (i, c) in cpus.iter().enumerate() {
+        let (dpc, hz, uv) = match i {
+            0..=3 => (232, 1_785_600_000u64, 900_000),
+            4..=6 => (369, 2_419_200_000, 950_000),
+            _ => (421, 2_841_600_000, 1_000_000),
+        };
+        assert_eq!(u32_prop(c, "dynamic-power-coefficient"), dpc, "cpu{i}");
+        let table = by_phandle(u32_prop(c, "operating-points-v2"));
+        assert_eq!(table.property("compatible").unwrap().value_as::<&str>().unwrap(), "operating-points-v2");
+        assert!(table.property("opp-shared").is_some());
+        let opps: Vec<_> = table.children().collect();
+        assert_eq!(opps.len(), 1, "a single OPP: the fixed clock cannot change rate");
+        assert_eq!(opps[0].name(), format!("opp-{hz}"));
+        assert_eq!(opps[0].property("opp-hz").unwrap().value(), hz.to_be_bytes());
+        assert_eq!(u32_prop(&opps[0], "opp-microvolt"), uv);
+    }
+}
+
+#[test]
+fn no_eas_board_has_no_opp_tables() {
+    for b in [sa8155p().without_eas(), board(SYMMETRIC, "board/symmetric.toml")] {
+        assert!(!b.has_eas());
+        let out = generate_dtb(&b, FIXTURE).unwrap();
+        let fdt = Fdt::new(&out).unwrap();
+        assert!(fdt.root().children().all(|c| !c.name().starts_with("opp-table")), "{}", b.name());
+        for c in cpu_nodes(&fdt) {
+            assert!(c.property("operating-points-v2").is_none() && c.property("dynamic-power-coefficient").is_none());
+        }
+    }
+    assert!(sa8155p().has_eas());
+}
+
+#[test]
+fn eas_power_and_cost_follow_the_kernel() {
+    let b = sa8155p();
+    let power: Vec<_> = b.clusters().iter().map(|c| opp_power_uw(c).unwrap()).collect();
+    // coefficient x mV² x MHz / 10^6, in integers.
+    assert_eq!(
+        power,
+        [232 * 900 * 900 * 1785 / 1_000_000, 369 * 950 * 950 * 2419 / 1_000_000, 421 * 1000 * 1000 * 2841 / 1_000_000]
+    );
+    let d = expected_domains(&b);
+    assert_eq!(d.iter().map(|d| d.cpus.as_str()).collect::<Vec<_>>(), ["0-3", "4-6", "7"]);
+    assert_eq!(
+        d.iter().map(|d| d.cost).collect::<Vec<_>>(),
+        [power[0] * 10 / 306, power[1] * 10 / 871, power[2] * 10 / 1024]
+    );
+    assert!(expected_domains(&b.without_eas()).is_empty());
+}
+
+#[test]
+fn error_eas_on_symmetric_or_partial() {
+    let eas = "eas = { dynamic_power_coefficient = 369, microvolt = 950000 }\n";
+    let sym = SYMMETRIC.replace(
+        "l2 = { size_kib = 256, line_bytes = 64, ways = 8 }\n",
+        &format!("l2 = {{ size_kib = 256, line_bytes = 64, ways = 8 }}\n{eas}"),
+    );
+    assert_err(&sym, "clusters[0].eas", &["asymmetric capacities", "remove the eas tables"]);
+    let partial = SA8155P.replace("eas = { dynamic_power_coefficient = 421, microvolt = 1000000 }\n", "");
+    assert_err(&partial, "clusters[2].eas", &["\"prime\" has no eas", "every cluster"]);
+    let zero = SA8155P.replace("dynamic_power_coefficient = 232", "dynamic_power_coefficient = 0");
+    assert_err(&zero, "clusters[0].eas.dynamic_power_coefficient", &["no energy model"]);
+    let volts = SA8155P.replace("microvolt = 900000", "microvolt = 900");
+    assert_err(&volts, "clusters[0].eas.microvolt", &["900 µV", "microvolts"]);
+    let cost = SA8155P.replace("em_cost = [10961, 9248, 11680]", "em_cost = [10961, 9000, 11680]");
+    assert_err(&cost, "expect.em_cost[1]", &["states 9000 for cluster 1", "em_cost = [10961, 9248, 11680]"]);
+}
+
+fn eas_report(b: &Board) -> EasObserved {
+    let domains = expected_domains(b);
+    EasObserved {
+        sched_energy_aware: Some("1".into()),
+        policies: domains
+            .iter()
+            .enumerate()
+            .map(|(i, d)| PolicyObserved {
+                policy: i as u32,
+                cpus: Some(d.cpus.clone()),
+                governor: Some("schedutil".into()),
+                driver: Some("cpufreq-dt".into()),
+                cur_khz: Some(d.khz.into()),
+                max_khz: Some(d.khz.into()),
+            })
+            .collect(),
+        energy_model: domains
+            .iter()
+            .map(|d| DomainObserved {
+                name: "cpuN".into(),
+                cpus: Some(d.cpus.clone()),
+                states: vec![StateObserved {
+                    khz: Some(d.khz.into()),
+                    power: Some(d.power_uw),
+                    cost: Some(d.cost),
+                    performance: None,
+                }],
+            })
+            .collect(),
+        log: vec![
+            "sched_energy_set: stopping EAS".into(),
+            "sched_energy_set: starting EAS".into(),
+            "root_domain 0-7: pd7:{ cpus=7 nr_pstate=1 } pd4:{ cpus=4-6 nr_pstate=1 } pd0:{ cpus=0-3 nr_pstate=1 }"
+                .into(),
+        ],
+    }
+}
+
+#[test]
+fn compare_eas_reports_mismatches() {
+    let b = sa8155p();
+    let good = eas_report(&b);
+    assert_eq!(compare_eas(&b, &good), Vec::<String>::new());
+    let mut bad = good.clone();
+    bad.sched_energy_aware = Some(String::new());
+    bad.policies[1].governor = Some("performance".into());
+    bad.policies[2].cur_khz = Some(576_000);
+    bad.energy_model[0].states[0].cost = Some(1);
+    bad.energy_model.pop();
+    bad.log.clear();
+    let m = compare_eas(&b, &bad);
+    assert_eq!(m.len(), 7, "{m:#?}");
+    assert!(m.iter().any(|l| l.contains("perf domains") && l.contains("guest scheduler: []")), "{m:#?}");
+    let mut three_opps = good.clone();
+    three_opps.log[2] = three_opps.log[2].replace("cpus=7 nr_pstate=1", "cpus=7 nr_pstate=3");
+    assert_eq!(perf_domains(&three_opps.log)[0], ("7".to_string(), 3));
+    assert_eq!(compare_eas(&b, &three_opps).len(), 1);
+    assert!(m[0].contains("sched_energy_aware Some(\"\")"), "{m:#?}");
+    assert!(m.iter().any(|l| l.contains("cpus 4-6 governor schedutil, guest: Some(\"performance\")")), "{m:#?}");
+    assert!(m.iter().any(|l| l.contains("cpus 7 at 2841600 kHz")), "{m:#?}");
+    assert!(m.iter().any(|l| l.contains("energy-model domain for cpus 7, guest: none")), "{m:#?}");
+    // Without EAS (symmetric, --no-eas) the guest must not run it.
+    let sym = board(SYMMETRIC, "board/symmetric.toml");
+    assert_eq!(
+        compare_eas(&sym, &EasObserved { sched_energy_aware: Some(String::new()), ..Default::default() }),
+        Vec::<String>::new()
+    );
+    let m = compare_eas(&b.without_eas(), &good);
+    assert!(m.len() == 1 && m[0].contains("no energy model (no EAS)"), "{m:#?}");
 }
 
 #[test]

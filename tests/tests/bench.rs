@@ -6,7 +6,7 @@ use lab::measure::bench::{self, Profile};
 
 #[test]
 fn quick_profile_report_has_every_row_and_column() {
-    let (o, _) = bench::execute(Profile::Quick, 2, &RunOpts::default()).unwrap();
+    let (o, _) = bench::execute(Profile::Quick, 2, None, &RunOpts::default()).unwrap();
     let dir = o.dir.clone();
     assert!(o.ok(), "bench run failed, see {}", dir.display());
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("results.json")).unwrap()).unwrap();

@@ -20,6 +20,7 @@ const CASES: &[&str] = &[
     "nonblocking_read",
     "free_buffer",
     "service_manager",
+    "thread_pool",
     "tc_deferral",
     "stress_shrinker",
     "bad_invalid_handle",

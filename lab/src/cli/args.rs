@@ -35,6 +35,9 @@ pub struct RunArgs {
     /// Extra kernel command-line arguments.
     #[arg(long)]
     pub append: Vec<String>,
+    /// Boot without the board's energy model: no cpufreq, no EAS (as before EAS was board data).
+    #[arg(long, env = "LAB_NO_EAS")]
+    pub no_eas: bool,
     /// Run the plan's steps N times in one boot; results are reported as STEP@1..STEP@N.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub repeat: Option<u32>,
@@ -134,6 +137,7 @@ impl RunArgs {
             gdb: self.gdb,
             dump: self.dump.as_ref().map(|p| std::path::absolute(p).unwrap_or_else(|_| p.clone())),
             trace: self.trace.clone(),
+            no_eas: self.no_eas,
             ..Default::default()
         })
     }

@@ -124,6 +124,16 @@ pub enum Cmd {
         /// Repetitions per mode (the full default takes about 8 minutes here).
         #[arg(long, default_value_t = 12)]
         reps: usize,
+        /// A fixed pool of N looper threads per server instead of libbinder's (max threads 15).
+        #[arg(long)]
+        threads: Option<usize>,
+        /// All four configurations (libbinder's pool / --threads 2, with / without EAS), one
+        /// boot each, and one table of their changes against the seed's (matrix.md).
+        #[arg(long, conflicts_with_all = ["threads"])]
+        matrix: bool,
+        /// Where matrix.md goes [default: target/lab/bench-matrix/<time>].
+        #[arg(long, requires = "matrix")]
+        out: Option<std::path::PathBuf>,
         #[command(flatten)]
         run: RunArgs,
     },
@@ -259,7 +269,8 @@ pub fn execute(cmd: Cmd) -> Result<Exit> {
         Cmd::Run { run, .. } => run::run(&run),
         Cmd::Conformance { cases, run } => run::suite(&run, "conformance", &cases),
         Cmd::Fuzz(args) => run::suite(&args, "fuzz", &run::CaseArgs::default()),
-        Cmd::Bench { profile, reps, run } => bench::run(profile, reps, &run),
+        Cmd::Bench { profile, reps, matrix: true, out, run, .. } => bench::matrix(profile, reps, out, &run),
+        Cmd::Bench { profile, reps, threads, run, .. } => bench::run(profile, reps, threads, &run),
         Cmd::Reproduce { profile, out, run, from: None, only } => reproduce::run(profile, out, &only, &run),
         Cmd::Nightly { profile, out, baseline, threshold, fuzz_ops, run } => {
             nightly::command(profile, out, baseline, threshold, fuzz_ops, &run)

@@ -14,6 +14,12 @@ pub fn check_topology(board: &board::Board, events: &[Event]) -> Vec<String> {
     if let Some(sd) = report.get("sched_domains") {
         problems.extend(check_sched_domains(board, sd));
     }
+    if let Some(e) = report.get("eas") {
+        match serde_json::from_value::<board::EasObserved>(e.clone()) {
+            Ok(obs) => problems.extend(board::compare_eas(board, &obs)),
+            Err(e) => problems.push(format!("EAS report unreadable: {e}")),
+        }
+    }
     problems
 }
 

@@ -23,6 +23,8 @@ struct Manifest<'a> {
     kernel_config_sha256: String,
     board: &'a str,
     board_file_sha256: String,
+    /// The board's energy model was in the DTB (EAS on).
+    eas: bool,
     plan: &'a str,
     cmdline: &'a str,
     tcg: Tcg,
@@ -59,6 +61,7 @@ pub fn write_manifest(
         kernel_config_sha256: sha256_file(&p.kernel.config()).unwrap_or_default(),
         board: p.board.name(),
         board_file_sha256: p.board_sha256.clone(),
+        eas: p.board.has_eas(),
         plan: &p.plan.name,
         cmdline: &spec.append,
         tcg: opts.tcg,

@@ -35,6 +35,8 @@ pub struct RunOpts {
     pub dump: Option<PathBuf>,
     /// Trace events around every step (`--trace`), saved under `<run>/trace/`.
     pub trace: Option<labproto::TraceSpec>,
+    /// Boot the board without its energy model (no OPP tables, so no cpufreq and no EAS).
+    pub no_eas: bool,
     /// Runs of the plan's step list in one boot (`--repeat`; 0 and 1: once).
     pub repeat: u32,
     /// Stop repeating at the first run with a failure (`--until-fail`).
@@ -68,6 +70,7 @@ impl Default for RunOpts {
             gdb: false,
             dump: None,
             trace: None,
+            no_eas: false,
             repeat: 0,
             until_fail: false,
             collect: vec![],

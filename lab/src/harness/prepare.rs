@@ -26,6 +26,7 @@ pub struct Prepared {
 pub fn prepare(opts: &RunOpts, plan: Plan, dir: &Path) -> Result<Prepared> {
     let cache = paths::cache();
     let (board, board_sha256) = load_board_file(&opts.board, opts.smp, opts.memory.as_deref())?;
+    let board = if opts.no_eas { board.without_eas() } else { board };
     // LAB_KERNEL boots a kernel built elsewhere, e.g. from a private tree while the shared
     // one is busy; the manifest records its Image's hash as the key.
     let kernel = match std::env::var_os("LAB_KERNEL") {

@@ -1,9 +1,11 @@
 //! `lab bench`: seed 000's workloads under CTABS modes 0, 1 and 2, interleaved in one boot
 //! (A B C A B C ...), summarised as medians with 95% bootstrap CIs and Δ% against Baseline.
+//! The servers run libbinder's thread pool as the AOSP programs do (`--threads N`: a fixed
+//! pool), on the board's EAS unless the run says `--no-eas`.
 
 use crate::harness::opts::RunOpts;
 use crate::harness::outcome::Outcome;
-use crate::measure::samples::{collect, parse_step, step_name, summarise, Row, Samples, MODES, MODE_NAMES};
+use crate::measure::samples::{collect, parse_step, step_name, summarise, Row, Samples, MODES, MODE_NAMES, SELECTIONS};
 use anyhow::{Context, Result};
 use labproto::{Event, Plan, Step};
 use serde::Serialize;
@@ -36,7 +38,8 @@ const WORKLOADS: &[Workload] = &[
         // The seed ran 8 workers x 100k iterations on the phone; under TCG 8 x 3000 takes ~9 s.
         full: &["-w", "8", "-i", "3000"],
     },
-    Workload { bench: "tiers", program: "/bin/binder-tiers", quick: &["-i", "300"], full: &["-i", "2000"] },
+    // schd-dbg makes a new SCHED_FIFO thread per iteration: about 17 ms of emulated time each.
+    Workload { bench: "tiers", program: "/bin/binder-tiers", quick: &["-i", "300"], full: &["-i", "500"] },
     Workload {
         bench: "sendvec",
         program: "/bin/binder-sendvec",
@@ -45,8 +48,12 @@ const WORKLOADS: &[Workload] = &[
     },
 ];
 
-/// The plan: every workload under every mode, interleaved, `reps` times.
-pub fn plan(profile: Profile, reps: usize) -> Plan {
+/// The programs whose servers run a binder thread pool (`--threads N` applies to them).
+const POOLED: [&str; 2] = ["throughput", "tiers"];
+
+/// The plan: every workload under every mode, interleaved, `reps` times. `threads` gives
+/// the pooled servers a fixed pool of that many loopers instead of libbinder's.
+pub fn plan(profile: Profile, reps: usize, threads: Option<usize>) -> Plan {
     let jobs: Vec<Job> = WORKLOADS
         .iter()
         .map(|w| {
@@ -54,7 +61,11 @@ pub fn plan(profile: Profile, reps: usize) -> Plan {
                 Profile::Quick => w.quick,
                 Profile::Full => w.full,
             };
-            Job { bench: w.bench, argv: [w.program].iter().chain(args).map(|s| s.to_string()).collect() }
+            let mut argv: Vec<String> = [w.program].iter().chain(args).map(|s| s.to_string()).collect();
+            if let Some(n) = threads.filter(|_| POOLED.contains(&w.bench)) {
+                argv.extend(["--threads".to_string(), n.to_string()]);
+            }
+            Job { bench: w.bench, argv }
         })
         .collect();
     let modes: Vec<(u32, Vec<String>)> =
@@ -180,6 +191,38 @@ pub fn throughput_table(rows: &BTreeMap<String, Row>) -> String {
     s
 }
 
+/// The driver's thread selections per mode (ctabs_stats), for each pooled workload: how often
+/// a transaction found a waiting thread on the caller's CPU, in its cluster, elsewhere, or
+/// none at all, and the nudges of mode 2.
+pub fn selections_table(rows: &BTreeMap<String, Row>) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{:<12} {:<20} {:>26} {:>26} {:>26}",
+        "Workload", "Selection", MODE_NAMES[0], MODE_NAMES[1], MODE_NAMES[2]
+    );
+    for bench in POOLED {
+        let names = SELECTIONS
+            .iter()
+            .map(|k| (format!("ctabs.{k}"), 0, ""))
+            .chain([("ctabs.no_waiter_pct".to_string(), 1, "%"), ("pool.threads_started".to_string(), 0, "")]);
+        for (i, (k, digits, unit)) in names.enumerate() {
+            let m = format!("{bench}.{k}");
+            let label = k.trim_start_matches("ctabs.").replace("no_waiter_pct", "no_waiter share");
+            let _ = writeln!(
+                s,
+                "{:<12} {:<20} {:>26} {:>26} {:>26}",
+                if i == 0 { bench } else { "" },
+                label,
+                cell(rows, &m, 0, digits, unit),
+                cell(rows, &m, 1, digits, unit),
+                cell(rows, &m, 2, digits, unit)
+            );
+        }
+    }
+    s
+}
+
 /// Seed 002's BM_sendVec shape: wall and CPU time per call by payload size, per mode.
 pub fn sendvec_table(rows: &BTreeMap<String, Row>) -> String {
     let mut s = String::new();
@@ -202,10 +245,29 @@ pub fn sendvec_table(rows: &BTreeMap<String, Row>) -> String {
     s
 }
 
+/// What the servers ran on: the thread pool and whether the board's EAS was on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Config {
+    /// None: libbinder's pool (max threads 15); Some(n): a fixed pool of n loopers.
+    pub threads: Option<usize>,
+    pub eas: bool,
+}
+
+impl Config {
+    pub fn describe(&self) -> String {
+        let pool = match self.threads {
+            None => "AOSP thread pool (libbinder: max threads 15, loopers on BR_SPAWN_LOOPER)".to_string(),
+            Some(n) => format!("fixed pool of {n} looper threads (--threads {n})"),
+        };
+        format!("{pool}; EAS {}", if self.eas { "on (board energy model, schedutil)" } else { "off (--no-eas)" })
+    }
+}
+
 #[derive(Serialize)]
 struct ResultsFile<'a> {
     profile: Profile,
     reps: usize,
+    config: &'a Config,
     modes: [&'static str; 3],
     metrics: &'a BTreeMap<String, Row>,
     samples: &'a Samples,
@@ -233,15 +295,23 @@ pub fn samples_ms(events: &[Event], bench: &str, case_name: &str, pointer: &str)
 }
 
 /// Writes results.json, report.md and the SVG plots into `dir`; returns the report text.
-pub fn write_report(dir: &Path, profile: Profile, reps: usize, events: &[Event]) -> Result<String> {
+pub fn write_report(dir: &Path, profile: Profile, reps: usize, config: &Config, events: &[Event]) -> Result<String> {
     let samples = &collect(events);
     let rows = summarise(samples);
     crate::measure::plots::write_all(dir, &rows, &latency_samples(events))?;
-    let json =
-        serde_json::to_string_pretty(&ResultsFile { profile, reps, modes: MODE_NAMES, metrics: &rows, samples })?;
+    let json = serde_json::to_string_pretty(&ResultsFile {
+        profile,
+        reps,
+        config,
+        modes: MODE_NAMES,
+        metrics: &rows,
+        samples,
+    })?;
     std::fs::write(dir.join("results.json"), json).context("writing results.json")?;
     let text = format!(
-        "# Seed 000 on the emulated SA8155P\n\nMedian [95% bootstrap CI] over {reps} interleaved repetitions per mode.\n\n## Tiered latency (schd-dbg style)\n\n```\n{}```\n\n![tiers](tiers-other.svg)\n\n## binderThroughputTest\n\n```\n{}```\n\n![throughput](throughput.svg) ![latency CDF](latency-cdf.svg)\n\n## BM_sendVec (seed 002's shape, medians)\n\n```\n{}```\n",
+        "# Seed 000 on the emulated SA8155P\n\n{}.\nMedian [95% bootstrap CI] over {reps} interleaved repetitions per mode.\n\n## Thread selections (ctabs_stats)\n\n```\n{}```\n\n## Tiered latency (schd-dbg style)\n\n```\n{}```\n\n![tiers, SCHED_OTHER](tiers-other.svg) ![tiers, SCHED_FIFO](tiers-fifo.svg)\n\n## binderThroughputTest\n\n```\n{}```\n\n![throughput](throughput.svg) ![latency CDF](latency-cdf.svg)\n\n## BM_sendVec (seed 002's shape, medians)\n\n```\n{}```\n",
+        config.describe(),
+        selections_table(&rows),
         tiers_table(&rows),
         throughput_table(&rows),
         sendvec_table(&rows)
@@ -251,9 +321,12 @@ pub fn write_report(dir: &Path, profile: Profile, reps: usize, events: &[Event])
 }
 
 /// Boots once, runs the interleaved plan and writes the report into the run directory.
-pub fn execute(profile: Profile, reps: usize, base: &RunOpts) -> Result<(Outcome, String)> {
-    let outcome = crate::report::run_plan(&plan(profile, reps), base)?;
-    let text = write_report(&outcome.dir, profile, reps, &outcome.events)?;
+/// `threads`: a fixed server pool instead of libbinder's (see [`plan`]).
+pub fn execute(profile: Profile, reps: usize, threads: Option<usize>, base: &RunOpts) -> Result<(Outcome, String)> {
+    let outcome = crate::report::run_plan(&plan(profile, reps, threads), base)?;
+    let eas = !base.no_eas && crate::harness::opts::load_board(&base.board)?.has_eas();
+    let config = Config { threads, eas };
+    let text = write_report(&outcome.dir, profile, reps, &config, &outcome.events)?;
     Ok((outcome, text))
 }
 
@@ -276,7 +349,7 @@ mod tests {
 
     #[test]
     fn plan_interleaves_modes() {
-        let p = plan(Profile::Quick, 2);
+        let p = plan(Profile::Quick, 2, None);
         let names: Vec<&str> = p.steps.iter().map(|s| s.name.as_str()).take(4).collect();
         assert_eq!(names, ["throughput-m0-r0", "throughput-m1-r0", "throughput-m2-r0", "tiers-m0-r0"]);
         assert_eq!(p.steps.len(), 2 * WORKLOADS.len() * 3);
@@ -286,6 +359,11 @@ mod tests {
         assert_eq!(r1, ["throughput-m2-r1", "throughput-m1-r1", "throughput-m0-r1"]);
         assert_eq!(parse_step("throughput-m2-r10"), Some(("throughput", 2)));
         assert_eq!(parse_step("smoke"), None);
+        // --threads N reaches the pooled programs only.
+        let fixed = plan(Profile::Quick, 1, Some(2));
+        let has = |bench: &str| fixed.steps.iter().find(|s| s.name.starts_with(bench)).unwrap().argv.join(" ");
+        assert!(has("throughput").ends_with("--threads 2 --ctabs-mode 0") && has("tiers").contains("--threads 2"));
+        assert!(!has("sendvec").contains("--threads") && !p.steps[0].argv.contains(&"--threads".to_string()));
     }
 
     #[test]
@@ -299,7 +377,10 @@ mod tests {
                     "throughput",
                     json!({"iterations_per_sec": tput, "avg_ms": 1.0, "p50_ms": 0.9, "p99_ms": 2.0, "worst_ms": 3.0,
                            "samples_ms": [0.5, 0.9, 1.0, 2.0],
-                           "counters": {"cpu_migrations": 10.0 + m as f64, "context_switches": 100.0, "cycles": null}}),
+                           "counters": {"cpu_migrations": 10.0 + m as f64, "context_switches": 100.0, "cycles": null},
+                           "pool": {"threads_started": [3, 4]},
+                           "ctabs_stats_delta": {"0": {"same_cpu": 0, "same_cluster": 0, "fallback": 0, "no_waiter": 0},
+                                                 m.to_string(): {"same_cpu": 10, "same_cluster": 20, "fallback": 10, "no_waiter": 60}}}),
                 ));
                 let tier = json!({"count": 50, "pct": 33.3, "avg_ms": 0.1 + 0.01 * m as f64});
                 ev.push(result(
@@ -329,7 +410,14 @@ mod tests {
         assert!(s.contains_key("tiers.other.same_core.pct") && !s.contains_key("tiers.other.same_core.avg_ms"));
         assert!(sendvec_table(&rows).lines().count() == 1, "no sendvec data, header only");
         let d = tempfile::tempdir().unwrap();
-        write_report(d.path(), Profile::Quick, 5, &ev).unwrap();
+        // Each run's own mode row counts: 60 of 100 selections found no waiting thread.
+        let sel = selections_table(&rows);
+        assert!(sel.lines().find(|l| l.contains("no_waiter share")).unwrap().contains("60.0% [60.0, 60.0]"), "{sel}");
+        assert!(sel.lines().find(|l| l.contains("threads_started")).unwrap().contains("7 [7, 7]"), "{sel}");
+        let config = Config { threads: Some(2), eas: false };
+        let report = write_report(d.path(), Profile::Quick, 5, &config, &ev).unwrap();
+        assert!(report.contains("fixed pool of 2 looper threads") && report.contains("EAS off"), "{report}");
+
         if let Some(keep) = std::env::var_os("LAB_KEEP_PLOTS") {
             for f in ["throughput.svg", "latency-cdf.svg", "tiers-other.svg"] {
                 std::fs::copy(d.path().join(f), std::path::Path::new(&keep).join(f)).unwrap();

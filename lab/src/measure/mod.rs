@@ -3,6 +3,7 @@
 
 pub mod bench;
 pub mod gate;
+pub mod matrix;
 pub mod plots;
 pub mod reproduce;
 pub mod samples;

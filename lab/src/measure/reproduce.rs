@@ -250,6 +250,27 @@ pub fn seed002_table(seed: &Seed002, rows: &BTreeMap<String, Row>, iterations: u
     s
 }
 
+/// Seed 000's two tables in the seed's format with direction marks, as a report section
+/// (`lab bench` appends it to its report; the Patch columns are a held-out prediction).
+pub fn seed000_section(seeds: &Seeds, rows: &BTreeMap<String, Row>) -> String {
+    format!(
+        "\n## Against the seed's figures (its Patch columns are a held-out prediction)\n\n{LEGEND}\n\n```\n{}```\n\n```\n{}```\n",
+        seed000_tiers(&seeds.seed000, rows),
+        seed000_throughput(&seeds.seed000, rows)
+    )
+}
+
+/// Appends [`seed000_section`] for a finished bench run to its report.md; returns the section.
+pub fn append_seed000(dir: &Path, events: &[Event]) -> Result<String> {
+    let rows = samples::summarise(&samples::collect(events));
+    let section = seed000_section(&seeds()?, &rows);
+    let path = dir.join("report.md");
+    let mut text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    text.push_str(&section);
+    std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+    Ok(section)
+}
+
 /// Sizes of the experiments.
 #[derive(Clone, Copy, Debug, Serialize, Deserialize)]
 pub struct Sizes {
@@ -386,8 +407,10 @@ pub const LIMITS: &[&str] = &[
      tens of times slower than on the phone). Compare directions and relative changes.",
     "TCG models no caches and no interconnect, so cache rows are not measurable here and locality saves no time; \
      the tier tables show where transactions land, not what locality would save on silicon.",
-    "There is no energy model or EAS under QEMU, and the Rust driver has no real-time priority inheritance: \
-     the SCHED_FIFO caller's server thread runs as SCHED_OTHER.",
+    "EAS runs on the board's energy model (one OPP per cluster at the fixed clock, sm8150.dtsi's power \
+     coefficients, assumed voltages): with a single OPP gold is the cheapest per unit of capacity, so EAS packs \
+     work onto gold, where the phone's low silver OPPs draw it to silver. The Rust driver has no real-time \
+     priority inheritance: the SCHED_FIFO caller's server thread runs as SCHED_OTHER.",
     "Seed 001's A/B is the C driver with alloc->mutex (cbinder) against the seed's spinlock patch \
      (cbinder-spin, c-reference/); the Rust driver (perf) is a third column, not the seed's \"after\". The seed's \
      own workload (-w 2, no low-priority lock holder) cannot trigger the inversion it describes; the inversion \
@@ -492,7 +515,7 @@ pub fn run_only(profile: Profile, base: &RunOpts, out: &Path, only: &[String]) -
             "reproduce: seed 000 (CTABS modes 0/1/2, {} repetitions)",
             sizes.bench_reps
         ));
-        s0 = Experiment::new(vec![bench::execute(profile, sizes.bench_reps, base)?.0]);
+        s0 = Experiment::new(vec![bench::execute(profile, sizes.bench_reps, None, base)?.0]);
     }
     let mut s1 = Experiment::new(vec![]);
     if want("001") {

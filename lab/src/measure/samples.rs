@@ -27,6 +27,25 @@ pub const TIER_MIN_CALLS: f64 = 20.0;
 /// metric -> mode -> one sample per repetition.
 pub type Samples = BTreeMap<String, BTreeMap<u32, Vec<f64>>>;
 
+/// The driver's CTABS selection counters (ctabs_stats), in table order.
+pub const SELECTIONS: [&str; 6] =
+    ["same_cpu", "same_cluster", "fallback", "no_waiter", "nudge_applied", "nudge_skipped_busy"];
+
+/// `<bench>.ctabs.<counter>` from a result's ctabs_stats_delta row of its own mode, the share
+/// of selections that found no waiting thread, and the threads the server pools started.
+fn put_selections(put: &mut impl FnMut(String, u32, Option<f64>), bench: &str, mode: u32, data: &serde_json::Value) {
+    let row = &data["ctabs_stats_delta"][mode.to_string()];
+    for k in SELECTIONS {
+        put(format!("{bench}.ctabs.{k}"), mode, row[k].as_f64());
+    }
+    let picks: Option<f64> = SELECTIONS[..4].iter().map(|k| row[*k].as_f64()).sum();
+    let share = picks.filter(|&n| n > 0.0).and_then(|n| Some(100.0 * row["no_waiter"].as_f64()? / n));
+    put(format!("{bench}.ctabs.no_waiter_pct"), mode, share);
+    let started: Option<f64> =
+        data["pool"]["threads_started"].as_array().map(|a| a.iter().filter_map(|v| v.as_f64()).sum());
+    put(format!("{bench}.pool.threads_started"), mode, started);
+}
+
 /// Flattens each benchmark result's numbers into named metrics.
 pub fn collect(events: &[Event]) -> Samples {
     let mut out: Samples = BTreeMap::new();
@@ -48,6 +67,7 @@ pub fn collect(events: &[Event]) -> Samples {
                         put(format!("throughput.counters.{k}"), mode, v.as_f64());
                     }
                 }
+                put_selections(&mut put, "throughput", mode, data);
             }
             // Variants (`inversion-fifo`) are named by their step, each with its own metrics.
             (b, "inversion") if b.starts_with("inversion") => {
@@ -74,6 +94,7 @@ pub fn collect(events: &[Event]) -> Samples {
                 }
             }
             ("tiers", "tiers") => {
+                put_selections(&mut put, "tiers", mode, data);
                 let Some(classes) = data["classes"].as_object() else { continue };
                 for (class, tiers) in classes {
                     let Some(tiers) = tiers.as_object() else { continue };

@@ -27,6 +27,7 @@ pub const CONFORMANCE_CASES: &[CaseInfo] = &[
     case("fd_passing", "BINDER_TYPE_FD both ways; refused without TF_ACCEPT_FDS"),
     case("free_buffer", "a full mapping fails the call; BC_FREE_BUFFER restores it"),
     case("service_manager", "the library's context manager: add, get, list, call"),
+    case("thread_pool", "libbinder's pool: BR_SPAWN_LOOPER when every looper is busy, never beyond max threads"),
     case("tc_deferral", "seed 002: BR_TRANSACTION_COMPLETE deferred until the reply (defer_tc 0 and 1)"),
     case("stress_shrinker", "seed 001: checksummed payloads under load while the shrinker runs"),
     case("bad_invalid_handle", "unknown handles, no manager, the manager calling itself"),

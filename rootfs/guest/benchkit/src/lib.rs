@@ -8,6 +8,7 @@
 pub mod counters;
 pub mod ctabs;
 pub mod defer;
+pub mod pool;
 pub mod proc;
 pub mod stats;
 

@@ -14,6 +14,8 @@ mod bad;
 mod basic;
 mod common;
 mod fdcycle;
+mod known;
+mod pool;
 mod seed002;
 mod stress;
 
@@ -45,6 +47,7 @@ const CASES: &[Case] = &[
     Case { name: "nonblocking_read", timeout_s: 10.0, run: basic::nonblocking_read },
     Case { name: "free_buffer", timeout_s: 20.0, run: basic::free_buffer },
     Case { name: "service_manager", timeout_s: 20.0, run: basic::service_manager },
+    Case { name: "thread_pool", timeout_s: 30.0, run: pool::thread_pool },
     Case { name: "tc_deferral", timeout_s: 20.0, run: seed002::tc_deferral },
     Case { name: "stress_shrinker", timeout_s: 90.0, run: stress::stress_shrinker },
     Case { name: "bad_invalid_handle", timeout_s: 15.0, run: bad::invalid_handle },

@@ -4,16 +4,23 @@
 //! pair partner with `-p`), timing every call. The parent gathers the latencies over pipes
 //! and prints the original's lines, then one `throughput` result.
 //!
-//! Options: `-w N` (2), `-i N` (10000), `-s BYTES` (0), `-p` (client/server pairs), `-t`
-//! (a training round first), `--threads N` looper threads per worker (2),
-//! `--ctabs-mode N`, `--defer-tc 0|1` (the lab-only rust-driver/lab/ series: deferral of
-//! BR_TRANSACTION_COMPLETE off/on; the value in effect is recorded as "defer_tc").
+//! Each worker serves with libbinder's thread pool, as `ProcessState::startThreadPool()`
+//! gives the original (max threads 15, loopers spawned on BR_SPAWN_LOOPER);
+//! `--threads N` runs a fixed pool of N loopers instead. The pool is recorded as "pool".
+//!
+//! Options: `-w N` (2), `-i N` (10000), `-s BYTES` (0), `-p` (client/server pairs), `-t N`
+//! (N warm-up iterations first), `--threads N` (fixed pool), `--ctabs-mode N`,
+//! `--defer-tc 0|1` (the lab-only rust-driver/lab/ series: deferral of BR_TRANSACTION_COMPLETE off/on;
+//! the value in effect is recorded as "defer_tc"). README.md lists what still differs from
+//! the original.
 
 use benchkit::proc::{fork, Chan, Child};
 use benchkit::stats::{fmt_g, subsample_ms, Summary};
 use benchkit::{Args, Measure};
+use binder::pool::{PoolSize, ThreadPool};
 use binder::sm::{self, ServiceManager};
-use binder::{looper::Looper, Binder, Device, Reply};
+use binder::uapi::TF_ACCEPT_FDS;
+use binder::{parcel::Parcel, Binder, CallOpts, Device, Reply};
 use labproto::{report, Status};
 use serde_json::json;
 use std::time::{Duration, Instant};
@@ -22,12 +29,13 @@ const DEVICE: &str = "/dev/binderfs/binder";
 const BINDER_NOP: u32 = 1;
 const SAMPLES_MAX: usize = 2000;
 
+#[derive(Clone, Copy)]
 struct Opts {
     workers: usize,
     iterations: usize,
     payload: usize,
     cs_pair: bool,
-    threads: usize,
+    pool: PoolSize,
 }
 
 fn service_name(i: usize) -> String {
@@ -43,21 +51,17 @@ fn server_count(o: &Opts) -> usize {
     }
 }
 
-/// Seeded like the original's `srand(num)`: a per-worker stream.
-struct Lcg(u64);
-
-impl Lcg {
-    fn below(&mut self, n: usize) -> usize {
-        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        ((self.0 >> 33) as usize) % n
-    }
+/// Per worker: what its pool did, sent ahead of the latencies.
+struct PoolStats {
+    started: u64,
+    spawn_requests: u64,
 }
 
 fn worker(num: usize, o: &Opts, p: &mut Chan) -> Result<(), String> {
     let dev = Device::open(DEVICE).map_err(|e| format!("open: {e}"))?;
-    dev.set_max_threads(0).map_err(|e| e.to_string())?;
-    // Blocking loopers, as libbinder's joinThreadPool(): the driver sees them waiting.
-    let _looper = Looper::spawn_blocking(dev.clone(), o.threads, |_, _| Reply::empty());
+    // startThreadPool() before addService(), as the original.
+    let pool =
+        ThreadPool::start(dev.clone(), o.pool, |_, _| Reply::empty()).map_err(|e| format!("thread pool: {e}"))?;
     let mut b = Binder::from_device(dev);
     sm::add_service(&mut b, &service_name(num), 0x1000 + num as u64, num as u64)
         .map_err(|e| format!("add_service: {e}"))?;
@@ -75,16 +79,21 @@ fn worker(num: usize, o: &Opts, p: &mut Chan) -> Result<(), String> {
     p.wait().map_err(io)?;
 
     let mut times = Vec::with_capacity(o.iterations);
-    let mut rng = Lcg(num as u64);
+    // SAFETY: srand/rand only touch libc's PRNG state; this process has no other user.
+    unsafe { libc::srand(num as u32) };
     let is_pair_server = o.cs_pair && num < servers;
+    // IPCThreadState::transact() adds TF_ACCEPT_FDS to every call.
+    let opts = CallOpts { flags: TF_ACCEPT_FDS, ..Default::default() };
     if !is_pair_server && !targets.is_empty() {
-        let data = vec![0u8; o.payload / 4 * 4];
+        // The original writes an int32 0 while 4 or more bytes of the size are left.
+        let data = Parcel::from_bytes(&vec![0u8; o.payload / 4 * 4]);
         for i in 0..o.iterations {
             // In pair mode worker num (>= servers) calls worker num % servers, which is
             // targets[num % servers] as its own index is not among them.
-            let t = if o.cs_pair { num % servers } else { rng.below(targets.len()) };
+            // SAFETY: see srand above.
+            let t = if o.cs_pair { num % servers } else { (unsafe { libc::rand() }) as usize % targets.len() };
             let start = Instant::now();
-            let r = b.transact(targets[t], BINDER_NOP, &data, false);
+            let r = b.call_with(targets[t], BINDER_NOP, &data, &opts, None);
             times.push(start.elapsed().as_nanos() as u64);
             if let Err(e) = r {
                 return Err(format!("thread {num} failed {e} i : {i}"));
@@ -93,14 +102,16 @@ fn worker(num: usize, o: &Opts, p: &mut Chan) -> Result<(), String> {
     }
     p.signal().map_err(io)?;
     p.wait().map_err(io)?;
+    p.send_u64s(&[pool.threads() as u64, pool.spawn_requests()]).map_err(io)?;
     p.send_u64s(&times).map_err(io)?;
     p.wait().map_err(io)?;
-    Ok(())
+    pool.stop().map_err(|e| format!("thread pool: {e}"))
 }
 
 struct RunResult {
     iterations_per_sec: f64,
     samples: Vec<u64>,
+    pools: Vec<PoolStats>,
     failed_workers: usize,
 }
 
@@ -146,7 +157,13 @@ fn run_main(o: &Opts) -> Result<RunResult, String> {
     println!("collecting results");
     signal_all(&mut pipes)?;
     let mut samples = vec![];
+    let mut pools = vec![];
     for p in &mut pipes {
+        let ps = p.recv_u64s().map_err(|e| format!("results: {e}"))?;
+        pools.push(PoolStats {
+            started: ps.first().copied().unwrap_or(0),
+            spawn_requests: ps.get(1).copied().unwrap_or(0),
+        });
         samples.extend(p.recv_u64s().map_err(|e| format!("results: {e}"))?);
     }
     println!("killing workers");
@@ -159,7 +176,7 @@ fn run_main(o: &Opts) -> Result<RunResult, String> {
             failed_workers += 1;
         }
     }
-    Ok(RunResult { iterations_per_sec, samples, failed_workers })
+    Ok(RunResult { iterations_per_sec, samples, pools, failed_workers })
 }
 
 fn run(a: &Args) -> Result<bool, String> {
@@ -168,11 +185,12 @@ fn run(a: &Args) -> Result<bool, String> {
         iterations: a.get("i", 10000)?,
         payload: a.get("s", 0)?,
         cs_pair: a.flag("p"),
-        threads: a.get("threads", 2)?,
+        pool: benchkit::pool::size(a)?,
     };
-    if o.workers < 2 || o.threads == 0 {
-        return Err("need -w >= 2 and --threads >= 1".into());
+    if o.workers < 2 {
+        return Err("need -w >= 2".into());
     }
+    let warmup: usize = a.get("t", 0)?;
     let mode = benchkit::apply_ctabs_mode(a)?;
     let defer_tc = benchkit::apply_defer_tc(a)?;
     // The service manager runs in its own process, forked before any thread exists.
@@ -193,12 +211,11 @@ fn run(a: &Args) -> Result<bool, String> {
     .map_err(|e| e.to_string())?;
     smc.wait().map_err(|_| "the service manager did not start".to_string())?;
 
-    if a.flag("t") {
-        println!("Start training round");
-        let r = run_main(&o)?;
-        let worst = r.samples.iter().max().copied().unwrap_or(0);
-        println!("Max latency during training: {}ms", fmt_g(worst as f64 / 1e6));
-        println!("Completed training round\n");
+    if warmup > 0 {
+        // The original's lines, typo included.
+        println!("Start warump round");
+        run_main(&Opts { iterations: warmup, ..o })?;
+        println!("Completed warump round\n");
     }
     let t0 = Instant::now();
     let measure = Measure::start();
@@ -217,7 +234,9 @@ fn run(a: &Args) -> Result<bool, String> {
     let ok = r.failed_workers == 0 && s.count == expected;
     let mut d = json!({
         "workers": o.workers, "iterations": o.iterations, "payload": o.payload, "pairs": o.cs_pair,
-        "looper_threads": o.threads, "ctabs_mode": mode, "defer_tc": defer_tc,
+        "pool": benchkit::pool::json(o.pool, &r.pools.iter().map(|p| p.started).collect::<Vec<_>>(),
+            &r.pools.iter().map(|p| p.spawn_requests).collect::<Vec<_>>()),
+        "warmup_iterations": warmup, "ctabs_mode": mode, "defer_tc": defer_tc,
         "iterations_per_sec": r.iterations_per_sec, "samples": s.count,
         "samples_ms": subsample_ms(&r.samples, SAMPLES_MAX),
     });
@@ -238,5 +257,5 @@ fn run(a: &Args) -> Result<bool, String> {
 }
 
 fn main() {
-    benchkit::main("throughput", &["p", "t"], &["i", "s", "w", "threads", "ctabs-mode", "defer-tc"], run)
+    benchkit::main("throughput", &["p"], &["i", "s", "w", "t", "threads", "ctabs-mode", "defer-tc"], run)
 }

@@ -1,53 +1,109 @@
-//! Tiered call latency (the CTABS seed's schd-dbg-style table): per iteration one
-//! synchronous call from a SCHED_FIFO (max priority) thread and one from a SCHED_OTHER
-//! thread to a server process with a few unpinned looper threads. The 16-byte payload
-//! carries the caller's CPU (sched_getcpu just before the call); the server replies with its
-//! CPU and scheduling policy. Each call is classified same-core / same-cluster /
-//! cross-cluster by the sysfs cluster_id.
+//! Port of AOSP's schd-dbg (frameworks/native/libs/binder/tests/schd-dbg.cpp) in the shape
+//! the CTABS seed measured with (its schd-dbg-ctabs variant): `--pair N` server/client
+//! process pairs, each process serving with libbinder's thread pool and registered with a
+//! service manager. Per iteration a client makes one call from a new SCHED_FIFO
+//! (max priority) thread and then one from its SCHED_OTHER main thread to its server. The
+//! request carries the caller's priority and CPU (sched_getcpu just before the call); the
+//! server replies with a priority mismatch flag, a CPU mismatch flag, its CPU and its policy.
+//! Each call is classified same-core / same-cluster / cross-cluster by the sysfs cluster_id.
 //!
 //! The Rust binder driver has no real-time priority inheritance, so the FIFO caller's server
-//! thread runs as SCHED_OTHER; the observed server policy is reported.
+//! thread runs as SCHED_OTHER; the policies seen are reported.
 //!
-//! Options: `-i N` (10000), `-s BYTES` (16, at least 16), `--server-threads N` (4),
-//! `--ctabs-mode N`.
+//! Options: `-i N` (100, as schd-dbg), `--pair N` (1), `-s BYTES` (16, at least 8),
+//! `--threads N` (a fixed pool of N loopers instead of libbinder's), `--ctabs-mode N`.
+//! README.md lists what still differs from the original.
 
-use benchkit::proc::{fork, Chan};
+use benchkit::proc::{fork, Chan, Child};
 use benchkit::stats::{clusters, Tier};
 use benchkit::{cpu_now, Args, Measure};
-use binder::{looper::Looper, Binder, Device, Reply};
+use binder::parcel::Parcel;
+use binder::pool::{PoolSize, ThreadPool};
+use binder::sm::{self, ForkedServiceManager};
+use binder::uapi::TF_ACCEPT_FDS;
+use binder::{Binder, CallOpts, Device, Incoming, Reply};
 use labproto::{report, Status};
 use serde_json::{json, Value};
-use std::collections::BTreeMap;
-use std::sync::{Arc, Barrier};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const DEVICE: &str = "/dev/binderfs/binder";
-const CODE: u32 = 1;
+const BINDER_NOP: u32 = 1;
+/// Server policies counted: SCHED_OTHER, SCHED_FIFO, anything else.
+const POLICIES: [&str; 3] = ["SCHED_OTHER", "SCHED_FIFO", "other"];
 
-fn policy_name(p: i32) -> String {
+fn policy_index(p: i32) -> usize {
     match p {
-        libc::SCHED_OTHER => "SCHED_OTHER".into(),
-        libc::SCHED_FIFO => "SCHED_FIFO".into(),
-        libc::SCHED_RR => "SCHED_RR".into(),
-        libc::SCHED_BATCH => "SCHED_BATCH".into(),
-        libc::SCHED_IDLE => "SCHED_IDLE".into(),
-        6 => "SCHED_DEADLINE".into(),
-        p => format!("policy {p}"),
+        libc::SCHED_OTHER => 0,
+        libc::SCHED_FIFO => 1,
+        _ => 2,
     }
 }
 
 /// Per class: count and total latency per tier, plus the server policies seen.
-#[derive(Default, Debug, Clone)]
+#[derive(Default, Debug, Clone, PartialEq)]
 struct ClassStats {
     count: [u64; 3],
     total_ns: [u64; 3],
-    server_policy: BTreeMap<String, u64>,
+    server_policy: [u64; 3],
     errors: u64,
+    /// Calls whose server thread had another priority (schd-dbg's "inheritance").
+    priority_mismatch: u64,
+    /// Calls served on another CPU than the caller's (schd-dbg's "SYNC").
+    cpu_mismatch: u64,
+    /// FIFO callers that could not become SCHED_FIFO.
+    fifo_denied: u64,
 }
 
 impl ClassStats {
+    const WORDS: usize = 13;
+
     fn calls(&self) -> u64 {
         self.count.iter().sum()
+    }
+
+    fn add(&mut self, o: &ClassStats) {
+        for i in 0..3 {
+            self.count[i] += o.count[i];
+            self.total_ns[i] += o.total_ns[i];
+            self.server_policy[i] += o.server_policy[i];
+        }
+        self.errors += o.errors;
+        self.priority_mismatch += o.priority_mismatch;
+        self.cpu_mismatch += o.cpu_mismatch;
+        self.fifo_denied += o.fifo_denied;
+    }
+
+    fn to_words(&self) -> Vec<u64> {
+        let mut v = [self.count, self.total_ns, self.server_policy].concat();
+        v.extend([self.errors, self.priority_mismatch, self.cpu_mismatch, self.fifo_denied]);
+        v
+    }
+
+    fn from_words(w: &[u64]) -> Option<ClassStats> {
+        if w.len() != Self::WORDS {
+            return None;
+        }
+        let three = |i: usize| [w[i], w[i + 1], w[i + 2]];
+        Some(ClassStats {
+            count: three(0),
+            total_ns: three(3),
+            server_policy: three(6),
+            errors: w[9],
+            priority_mismatch: w[10],
+            cpu_mismatch: w[11],
+            fifo_denied: w[12],
+        })
+    }
+
+    fn policies(&self) -> Value {
+        let m: serde_json::Map<String, Value> = POLICIES
+            .iter()
+            .zip(self.server_policy)
+            .filter(|(_, n)| *n > 0)
+            .map(|(k, n)| (k.to_string(), json!(n)))
+            .collect();
+        Value::Object(m)
     }
 
     fn json(&self) -> Value {
@@ -83,30 +139,25 @@ fn table(classes: &[(&str, &ClassStats)]) -> String {
     s
 }
 
-fn serve(threads: usize, ready: &mut Chan) -> i32 {
-    let dev = match Device::open(DEVICE) {
-        Ok(d) => d,
-        Err(e) => {
-            eprintln!("binder-tiers server: {e}");
-            return 2;
-        }
-    };
-    let _ = dev.set_max_threads(0);
-    if let Err(e) = dev.become_context_manager_retry(None, Duration::from_secs(10)) {
-        eprintln!("binder-tiers server: context manager: {e}");
-        return 2;
-    }
-    // Blocking loopers, as libbinder's thread pool: the driver sees them waiting (CTABS picks among them).
-    let _looper = Looper::spawn_blocking(dev, threads, |_, _| {
-        // SAFETY: sched_getscheduler(0) queries the calling thread; no preconditions.
-        let policy = unsafe { libc::sched_getscheduler(0) };
-        let mut r = cpu_now().to_le_bytes().to_vec();
-        r.extend_from_slice(&policy.to_le_bytes());
-        Reply::bytes(&r)
-    });
-    let _ = ready.signal();
-    let _ = ready.wait();
-    0
+/// The calling thread's policy and priority.
+fn thread_sched() -> (i32, i32) {
+    let mut param = libc::sched_param { sched_priority: 0 };
+    let mut policy = 0;
+    // SAFETY: both out-pointers are valid for the call; pthread_self is always valid.
+    unsafe { libc::pthread_getschedparam(libc::pthread_self(), &mut policy, &mut param) };
+    (policy, param.sched_priority)
+}
+
+/// BINDER_NOP: request [caller priority, caller CPU]; reply [priority differs, CPU differs,
+/// server CPU, server policy].
+fn serve_nop(inc: &Incoming) -> Reply {
+    let word = |i: usize| inc.data.get(4 * i..4 * i + 4).map(|b| i32::from_le_bytes(b.try_into().expect("4 bytes")));
+    let (policy, prio) = thread_sched();
+    let cpu = cpu_now() as i32;
+    let h = i32::from(word(0) != Some(prio));
+    let s = i32::from(word(1) != Some(cpu));
+    let r: Vec<u8> = [h, s, cpu, policy].iter().flat_map(|v| v.to_le_bytes()).collect();
+    Reply::bytes(&r)
 }
 
 /// Makes the calling thread SCHED_FIFO at the maximum priority.
@@ -124,112 +175,198 @@ fn make_fifo() -> Result<(), String> {
     Ok(())
 }
 
-fn caller(
-    fifo: bool,
-    iterations: usize,
-    payload: usize,
-    cl: &[i64],
-    barrier: &Barrier,
-) -> (ClassStats, Option<String>) {
-    let mut st = ClassStats::default();
-    let note = if fifo { make_fifo().err() } else { None };
-    let mut b = match Binder::open(DEVICE) {
-        Ok(b) => b,
-        Err(e) => {
-            st.errors = 1;
-            return (st, Some(format!("open: {e}")));
+/// One timed call to `target`, classified into `st`.
+fn timed_call(b: &mut Binder, target: u32, payload: usize, cl: &[i64], st: &mut ClassStats) {
+    let (_, prio) = thread_sched();
+    let me = cpu_now();
+    let mut data = vec![0u8; payload.max(8) / 4 * 4];
+    data[..4].copy_from_slice(&prio.to_le_bytes());
+    data[4..8].copy_from_slice(&(me as i32).to_le_bytes());
+    let p = Parcel::from_bytes(&data);
+    let opts = CallOpts { flags: TF_ACCEPT_FDS, ..Default::default() };
+    let t = Instant::now();
+    let r = b.call_with(target, BINDER_NOP, &p, &opts, None);
+    let ns = t.elapsed().as_nanos() as u64;
+    let words = r.ok().flatten().map(|inc| {
+        inc.data.chunks_exact(4).map(|c| i32::from_le_bytes(c.try_into().expect("4 bytes"))).collect::<Vec<_>>()
+    });
+    match words.as_deref() {
+        Some([h, s, server, policy, ..]) => {
+            let tier = Tier::of(me, *server as u32, cl);
+            st.count[tier.index()] += 1;
+            st.total_ns[tier.index()] += ns;
+            st.server_policy[policy_index(*policy)] += 1;
+            st.priority_mismatch += *h as u64;
+            st.cpu_mismatch += *s as u64;
         }
-    };
-    let mut data = vec![0u8; payload.max(16)];
-    for i in 0..iterations {
-        barrier.wait();
-        let me = cpu_now();
-        data[..4].copy_from_slice(&me.to_le_bytes());
-        data[4..12].copy_from_slice(&(i as u64).to_le_bytes());
-        let t = Instant::now();
-        let r = b.transact(0, CODE, &data, false);
-        let ns = t.elapsed().as_nanos() as u64;
-        match r {
-            Ok(r) if r.len() >= 8 => {
-                let server = u32::from_le_bytes(r[..4].try_into().expect("4 bytes"));
-                let policy = i32::from_le_bytes(r[4..8].try_into().expect("4 bytes"));
-                let tier = Tier::of(me, server, cl);
-                st.count[tier.index()] += 1;
-                st.total_ns[tier.index()] += ns;
-                *st.server_policy.entry(policy_name(policy)).or_default() += 1;
-            }
-            _ => st.errors += 1,
-        }
+        _ => st.errors += 1,
     }
-    (st, note)
+}
+
+#[derive(Clone, Copy)]
+struct Opts {
+    iterations: usize,
+    pairs: usize,
+    payload: usize,
+    pool: PoolSize,
+}
+
+fn service_name(i: usize) -> String {
+    format!("binderWorker{i}")
+}
+
+/// schd-dbg's `worker_fx`: workers below `pairs` serve, the others call worker `num % pairs`.
+fn worker(num: usize, o: Opts, cl: &[i64], p: &mut Chan) -> Result<(), String> {
+    let dev = Device::open(DEVICE).map_err(|e| format!("open: {e}"))?;
+    let pool = ThreadPool::start(dev.clone(), o.pool, |_, inc| serve_nop(inc)).map_err(|e| format!("pool: {e}"))?;
+    let mut b = Binder::from_device(dev.clone());
+    sm::add_service(&mut b, &service_name(num), 0x1000 + num as u64, num as u64)
+        .map_err(|e| format!("add_service: {e}"))?;
+    let io = |e: std::io::Error| format!("pipe: {e}");
+    p.signal().map_err(io)?;
+    p.wait().map_err(io)?;
+    let mut targets = vec![];
+    for i in (0..o.pairs).filter(|&i| i != num) {
+        targets.push(sm::get_service(&mut b, &service_name(i)).map_err(|e| format!("get_service {i}: {e}"))?);
+    }
+    let (mut fifo, mut other) = (ClassStats::default(), ClassStats::default());
+    for _ in 0..if num >= o.pairs { o.iterations } else { 0 } {
+        let target = targets[num % o.pairs];
+        // 1. A new SCHED_FIFO thread makes one call (its own binder thread, exited after).
+        let (d, cl2) = (dev.clone(), cl.to_vec());
+        let t = std::thread::spawn(move || {
+            let mut st = ClassStats::default();
+            if let Err(e) = make_fifo() {
+                st.fifo_denied = 1;
+                eprintln!("binder-tiers: {e}");
+            }
+            let mut fb = Binder::from_device(d);
+            timed_call(&mut fb, target, o.payload, &cl2, &mut st);
+            let _ = fb.thread_exit();
+            st
+        });
+        fifo.add(&t.join().map_err(|_| "fifo caller panicked".to_string())?);
+        // 2. The calling (SCHED_OTHER) thread makes one.
+        timed_call(&mut b, target, o.payload, cl, &mut other);
+    }
+    p.signal().map_err(io)?;
+    p.wait().map_err(io)?;
+    p.send_u64s(&[fifo.to_words(), other.to_words(), vec![pool.threads() as u64, pool.spawn_requests()]].concat())
+        .map_err(io)?;
+    p.wait().map_err(io)?;
+    pool.stop().map_err(|e| format!("pool: {e}"))
+}
+
+struct Gathered {
+    fifo: ClassStats,
+    other: ClassStats,
+    started: Vec<u64>,
+    spawns: Vec<u64>,
+    failed: usize,
+}
+
+/// schd-dbg's `main`: fork the pairs, start them together, gather the clients' figures.
+fn run_pairs(o: Opts, cl: &[i64], data: &mut Value) -> Result<Gathered, String> {
+    let mut pipes: Vec<Chan> = vec![];
+    let mut kids: Vec<Child> = vec![];
+    for i in 0..2 * o.pairs {
+        let (mine, mut theirs) = Chan::pair().map_err(|e| e.to_string())?;
+        let kid = fork(|| {
+            drop(std::mem::take(&mut pipes));
+            match worker(i, o, cl, &mut theirs) {
+                Ok(()) => 0,
+                Err(e) => {
+                    eprintln!("binder-tiers worker {i}: {e}");
+                    1
+                }
+            }
+        })
+        .map_err(|e| e.to_string())?;
+        drop(theirs);
+        pipes.push(mine);
+        kids.push(kid);
+    }
+    let died = |e: std::io::Error| format!("a worker died: {e}");
+    pipes.iter_mut().try_for_each(|p| p.wait()).map_err(died)?;
+    let measure = Measure::start();
+    pipes.iter_mut().try_for_each(|p| p.signal()).map_err(died)?;
+    pipes.iter_mut().try_for_each(|p| p.wait()).map_err(died)?;
+    measure.finish(data);
+    pipes.iter_mut().try_for_each(|p| p.signal()).map_err(died)?;
+    let mut g = Gathered {
+        fifo: ClassStats::default(),
+        other: ClassStats::default(),
+        started: vec![],
+        spawns: vec![],
+        failed: 0,
+    };
+    for p in &mut pipes {
+        let w = p.recv_u64s().map_err(|e| format!("results: {e}"))?;
+        let n = ClassStats::WORDS;
+        let bad = || "a worker sent malformed results".to_string();
+        g.fifo.add(&ClassStats::from_words(w.get(..n).ok_or_else(bad)?).ok_or_else(bad)?);
+        g.other.add(&ClassStats::from_words(w.get(n..2 * n).ok_or_else(bad)?).ok_or_else(bad)?);
+        g.started.push(w.get(2 * n).copied().unwrap_or(0));
+        g.spawns.push(w.get(2 * n + 1).copied().unwrap_or(0));
+    }
+    pipes.iter_mut().try_for_each(|p| p.signal()).map_err(died)?;
+    g.failed = kids.iter_mut().map(|k| k.wait()).filter(|&st| st != 0).count();
+    Ok(g)
 }
 
 fn run(a: &Args) -> Result<bool, String> {
-    let iterations: usize = a.get("i", 10000)?;
-    let payload: usize = a.get("s", 16)?;
-    let threads: usize = a.get("server-threads", 4)?;
-    let mode = benchkit::apply_ctabs_mode(a)?;
-    let (mut mine, mut theirs) = Chan::pair().map_err(|e| e.to_string())?;
-    let mut server = fork(|| serve(threads, &mut theirs)).map_err(|e| e.to_string())?;
-    drop(theirs);
-    mine.wait().map_err(|_| "the server did not start".to_string())?;
-
-    let cl = clusters();
-    let t0 = Instant::now();
-    let measure = Measure::start();
-    let barrier = Arc::new(Barrier::new(2));
-    let spawn = |fifo: bool| {
-        let (cl, barrier) = (cl.clone(), barrier.clone());
-        std::thread::spawn(move || caller(fifo, iterations, payload, &cl, &barrier))
+    let o = Opts {
+        iterations: a.get("i", 100)?,
+        pairs: a.get("pair", 1)?,
+        payload: a.get("s", 16)?,
+        pool: benchkit::pool::size(a)?,
     };
-    let (f, o) = (spawn(true), spawn(false));
-    let (fifo, fifo_note) = f.join().map_err(|_| "fifo caller panicked")?;
-    let (other, other_note) = o.join().map_err(|_| "other caller panicked")?;
-    let mut data = json!({});
-    measure.finish(&mut data);
-    let _ = mine.signal();
-    server.wait();
-
-    let fifo_permitted = fifo_note.as_deref().is_none_or(|n| !n.starts_with("SCHED_FIFO"));
-    println!(
-        "binder-tiers: {iterations} iterations, payload {} B, {threads} unpinned server looper threads, clusters {cl:?}",
-        payload.max(16)
-    );
-    print!("{}", table(&[("fifo", &fifo), ("other", &other)]));
-    let pol = |s: &ClassStats| s.server_policy.iter().map(|(k, v)| format!("{k} x{v}")).collect::<Vec<_>>().join(", ");
-    println!(
-        "note: the Rust binder driver has no real-time priority inheritance; server policy seen by the FIFO caller: {}; by the OTHER caller: {}",
-        pol(&fifo),
-        pol(&other)
-    );
-    if let Some(n) = &fifo_note {
-        println!("note: {n}");
+    if o.pairs == 0 || o.payload < 8 {
+        return Err("need --pair >= 1 and -s >= 8 (the request carries priority and CPU)".into());
     }
-    let dominant = fifo.server_policy.iter().max_by_key(|(_, v)| **v).map(|(k, _)| k.clone());
-    let errors = fifo.errors + other.errors;
-    let ok = errors == 0 && other_note.is_none();
+    let mode = benchkit::apply_ctabs_mode(a)?;
+    let mgr = ForkedServiceManager::start(DEVICE, Duration::from_secs(10)).map_err(|e| e.to_string())?;
+    let cl = Arc::new(clusters());
+    let t0 = Instant::now();
+    let mut data = json!({});
+    let g = run_pairs(o, &cl, &mut data);
+    let _ = mgr.stop();
+    let g = g?;
+    println!(
+        "binder-tiers: {} pair(s), {} iterations, payload {} B, pool {:?}, clusters {cl:?}",
+        o.pairs, o.iterations, o.payload, o.pool
+    );
+    print!("{}", table(&[("fifo", &g.fifo), ("other", &g.other)]));
+    println!(
+        "note: the Rust binder driver has no real-time priority inheritance; server policies seen by the FIFO caller: {}; by the OTHER caller: {}",
+        g.fifo.policies(),
+        g.other.policies()
+    );
+    let dominant = (0..3).max_by_key(|&i| g.fifo.server_policy[i]).filter(|&i| g.fifo.server_policy[i] > 0);
+    let errors = g.fifo.errors + g.other.errors;
+    let expected = (o.pairs * o.iterations) as u64;
+    let ok = errors == 0 && g.failed == 0 && g.fifo.calls() == expected && g.other.calls() == expected;
     let mut d = json!({
-        "classes": { "fifo": fifo.json(), "other": other.json() },
-        "server_policy_fifo_caller": dominant,
-        "server_policies": { "fifo": fifo.server_policy, "other": other.server_policy },
-        "fifo_permitted": fifo_permitted,
-        "iterations": iterations, "payload": payload.max(16), "server_threads": threads,
-        "ctabs_mode": mode, "clusters": cl, "errors": errors,
+        "classes": { "fifo": g.fifo.json(), "other": g.other.json() },
+        "server_policy_fifo_caller": dominant.map(|i| POLICIES[i]),
+        "server_policies": { "fifo": g.fifo.policies(), "other": g.other.policies() },
+        "priority_mismatches": g.fifo.priority_mismatch + g.other.priority_mismatch,
+        "cpu_mismatches": g.fifo.cpu_mismatch + g.other.cpu_mismatch,
+        "fifo_permitted": g.fifo.fifo_denied == 0,
+        "iterations": o.iterations, "pairs": o.pairs, "payload": o.payload,
+        "pool": benchkit::pool::json(o.pool, &g.started, &g.spawns),
+        "ctabs_mode": mode, "clusters": *cl, "errors": errors,
     });
     for (k, v) in data.as_object().expect("object") {
         d[k] = v.clone();
     }
-    let msg = match (&fifo_note, ok) {
-        (_, false) => Some(format!("{errors} failed calls {}", other_note.unwrap_or_default())),
-        (Some(n), true) => Some(n.clone()),
-        (None, true) => None,
-    };
+    let msg = (!ok).then(|| format!("{errors} failed calls, {} failed workers", g.failed));
     report("tiers", if ok { Status::Pass } else { Status::Fail }, t0.elapsed().as_secs_f64() * 1000.0, msg, d);
     Ok(ok)
 }
 
 fn main() {
-    benchkit::main("tiers", &[], &["i", "s", "server-threads", "ctabs-mode"], run)
+    benchkit::main("tiers", &[], &["i", "s", "pair", "threads", "ctabs-mode"], run)
 }
 
 #[cfg(test)]
@@ -237,8 +374,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn table_and_json() {
-        let s = ClassStats { count: [1, 3, 0], total_ns: [1_000_000, 6_000_000, 0], ..Default::default() };
+    fn table_json_and_transport() {
+        let s = ClassStats {
+            count: [1, 3, 0],
+            total_ns: [1_000_000, 6_000_000, 0],
+            server_policy: [4, 0, 0],
+            ..Default::default()
+        };
         let j = s.json();
         assert_eq!(j["same_core"]["pct"], 25.0);
         assert_eq!(j["same_cluster"]["avg_ms"], 2.0);
@@ -246,6 +388,9 @@ mod tests {
         let t = table(&[("fifo", &s)]);
         assert!(t.contains("fifo   same_cluster          3   75.0%     2.0000"), "{t}");
         assert!(t.lines().nth(3).unwrap().ends_with(" -"));
-        assert_eq!(policy_name(libc::SCHED_FIFO), "SCHED_FIFO");
+        assert_eq!(ClassStats::from_words(&s.to_words()), Some(s.clone()));
+        assert_eq!(ClassStats::from_words(&[0; 3]), None);
+        assert_eq!(s.policies(), json!({"SCHED_OTHER": 4}));
+        assert_eq!(policy_index(libc::SCHED_FIFO), 1);
     }
 }

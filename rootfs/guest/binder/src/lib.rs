@@ -10,6 +10,8 @@
 //!   looper state per thread) with calls, replies, nested calls, refcounts and death
 //!   notifications;
 //! - [`looper::Looper`]: a small thread pool serving incoming transactions;
+//! - [`pool::ThreadPool`]: libbinder's thread pool (max threads 15, loopers spawned on
+//!   BR_SPAWN_LOOPER), as every AOSP binder process runs it;
 //! - [`sm::ServiceManager`]: a context manager on handle 0 with a name registry.
 //!
 //! ```no_run
@@ -21,6 +23,7 @@
 
 pub mod looper;
 pub mod parcel;
+pub mod pool;
 pub mod protocol;
 pub mod sm;
 pub mod testkit;
@@ -152,6 +155,9 @@ impl Default for OpenOptions {
 #[derive(Debug)]
 pub struct Device {
     fd: OwnedFd,
+    /// The device's file name (`binder` for `/dev/binderfs/binder`), as libbinder names
+    /// its threads after it.
+    name: String,
     /// Start of the read-only receive mapping (0 if none).
     map_addr: usize,
     map_len: usize,
@@ -173,7 +179,8 @@ impl Device {
         let raw = cvt(unsafe { libc::open(cpath.as_ptr(), flags) })?;
         // SAFETY: raw is a freshly opened fd that nothing else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        let mut dev = Device { fd, map_addr: 0, map_len: 0 };
+        let name = path.as_ref().file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let mut dev = Device { fd, name, map_addr: 0, map_len: 0 };
         if opts.map_size > 0 {
             // SAFETY: a fresh read-only private mapping of the binder fd; the kernel picks
             // the address. The driver refuses writable mappings, hence PROT_READ.
@@ -198,6 +205,11 @@ impl Device {
 
     pub fn raw_fd(&self) -> RawFd {
         self.fd.as_raw_fd()
+    }
+
+    /// The device's file name, e.g. `binder`.
+    pub fn name(&self) -> &str {
+        &self.name
     }
 
     /// (start address, length) of the receive mapping.
@@ -542,6 +554,8 @@ pub struct Binder {
     event_log: Option<EventLog>,
     /// Answer BR_DEAD_BINDER with BC_DEAD_BINDER_DONE right away (default true).
     pub auto_dead_binder_done: bool,
+    /// BR_SPAWN_LOOPER returns not yet claimed by [`Binder::take_spawn_requests`].
+    spawn_requests: u32,
 }
 
 impl Deref for Binder {
@@ -577,6 +591,7 @@ impl Binder {
             events: VecDeque::new(),
             event_log: None,
             auto_dead_binder_done: true,
+            spawn_requests: 0,
         }
     }
 
@@ -709,7 +724,8 @@ impl Binder {
     /// the caller must handle (transactions, replies, completions, errors).
     fn handle_common(&mut self, r: Return) -> Result<Option<Return>> {
         match r {
-            Return::Noop | Return::SpawnLooper | Return::Ok | Return::Finished => {}
+            Return::Noop | Return::Ok | Return::Finished => {}
+            Return::SpawnLooper => self.spawn_requests += 1,
             Return::IncRefs(pc) => {
                 self.out.push(Command::IncRefsDone(pc));
                 self.record(r);
@@ -1115,6 +1131,12 @@ impl Binder {
     }
     pub fn dead_binder_done(&mut self, cookie: u64) -> Result<()> {
         self.send(Command::DeadBinderDone(cookie))
+    }
+
+    /// BR_SPAWN_LOOPER returns seen since the last call (the driver asks the process for
+    /// another looper; [`pool::ThreadPool`] answers them).
+    pub fn take_spawn_requests(&mut self) -> u32 {
+        std::mem::take(&mut self.spawn_requests)
     }
 
     /// Takes the recorded notifications.

@@ -1,6 +1,7 @@
 //! Step program: reports what the kernel believes about the CPU topology (capacities,
-//! clusters, scheduler domains) as one `topology` result, for the host to compare with
-//! the board description.
+//! clusters, scheduler domains) and about energy-aware scheduling (sched_energy_aware, the
+//! cpufreq policies, the energy model's perf domains and costs, EAS's kernel log lines) as
+//! one `topology` result, for the host to compare with the board description.
 
 use labproto::{report, Status};
 use serde_json::{json, Map, Value};
@@ -60,6 +61,103 @@ fn sched_domains(domains: &Path) -> Map<String, Value> {
     out
 }
 
+/// sysfs cpufreq/policyN: cpus, governor, driver and frequencies (kHz).
+fn policies(cpufreq: &Path) -> Vec<Value> {
+    numbered(cpufreq, "policy")
+        .into_iter()
+        .map(|n| {
+            let d = cpufreq.join(format!("policy{n}"));
+            let num = |rel: &str| read_trim(&d.join(rel)).and_then(|s| s.parse::<u64>().ok());
+            json!({
+                "policy": n,
+                "cpus": read_trim(&d.join("related_cpus")).map(|s| cpus_to_list(&s)),
+                "governor": read_trim(&d.join("scaling_governor")),
+                "driver": read_trim(&d.join("scaling_driver")),
+                "cur_khz": num("scaling_cur_freq"),
+                "max_khz": num("cpuinfo_max_freq"),
+            })
+        })
+        .collect()
+}
+
+/// cpufreq's space-separated CPU numbers ("0 1 2 3") in the kernel's list format ("0-3").
+fn cpus_to_list(s: &str) -> String {
+    let mut v: Vec<u32> = s.split_whitespace().filter_map(|c| c.parse().ok()).collect();
+    v.sort_unstable();
+    let mut parts: Vec<String> = vec![];
+    let mut i = 0;
+    while i < v.len() {
+        let start = v[i];
+        while i + 1 < v.len() && v[i + 1] == v[i] + 1 {
+            i += 1;
+        }
+        parts.push(if start == v[i] { start.to_string() } else { format!("{start}-{}", v[i]) });
+        i += 1;
+    }
+    parts.join(",")
+}
+
+/// debugfs energy_model/<dev>/{cpus, ps:<kHz>/{frequency,power,cost,performance}}.
+fn energy_model(root: &Path) -> Vec<Value> {
+    let mut doms: Vec<Value> = fs::read_dir(root)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.path().join("cpus").exists())
+        .map(|e| {
+            let d = e.path();
+            let mut states: Vec<(u64, Value)> = fs::read_dir(&d)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .filter(|p| p.file_name().to_string_lossy().starts_with("ps:"))
+                .map(|p| {
+                    let num = |f: &str| read_trim(&p.path().join(f)).and_then(|s| s.parse::<u64>().ok());
+                    let v = json!({"khz": num("frequency"), "power": num("power"), "cost": num("cost"), "performance": num("performance")});
+                    (num("frequency").unwrap_or(0), v)
+                })
+                .collect();
+            states.sort_by_key(|(f, _)| *f);
+            json!({
+                "name": e.file_name().to_string_lossy(),
+                "cpus": read_trim(&d.join("cpus")),
+                "states": states.into_iter().map(|(_, v)| v).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    doms.sort_by_key(|d| d["name"].as_str().map(String::from));
+    doms
+}
+
+/// EAS as the kernel runs it: the sysctl, cpufreq policies, energy model, kernel log lines.
+fn eas(sysctl: &Path, cpufreq: &Path, em: &Path, log: Vec<String>) -> Value {
+    json!({
+        "sched_energy_aware": fs::read_to_string(sysctl).ok().map(|s| s.trim().to_string()),
+        "policies": policies(cpufreq),
+        "energy_model": energy_model(em),
+        "log": log,
+    })
+}
+
+/// Whether the scheduler really runs EAS on perf domains: it logs that only while
+/// sched_verbose is on, so with verbose on (the caller's [`VerboseGuard`]) turn
+/// sched_energy_aware off and on again, which rebuilds the domains, and return the kernel's
+/// lines ("sched_energy_set: stopping EAS", "... starting EAS", "root_domain 0-7: pd7:{ cpus=7
+/// nr_pstate=1 } ..."). Nothing is touched unless EAS is possible (the sysctl reads 1).
+fn eas_probe(sysctl: &Path) -> Vec<String> {
+    if read_trim(sysctl).as_deref() != Some("1") {
+        return vec![];
+    }
+    let Ok(mut k) = binder::testkit::kmsg::Kmsg::open_at_end() else { return vec![] };
+    let toggled = fs::write(sysctl, "0").is_ok() && fs::write(sysctl, "1").is_ok();
+    let mut lines: Vec<String> =
+        k.read_new().into_iter().map(|r| r.text).filter(|t| t.contains("EAS") || t.contains(" pd")).collect();
+    if !toggled {
+        lines.push(format!("topology: could not write {}", sysctl.display()));
+    }
+    lines
+}
+
 fn collect(sys_cpu: &Path, domains: &Path) -> (Status, Option<String>, Value) {
     let cpus = cpus(sys_cpu);
     let doms = sched_domains(domains);
@@ -110,6 +208,10 @@ fn main() {
     let domains = Path::new("/sys/kernel/debug/sched/domains");
     let guard = VerboseGuard::enable(Path::new("/sys/kernel/debug/sched/verbose"), domains);
     let (status, message, mut data) = collect(Path::new("/sys/devices/system/cpu"), domains);
+    let sysctl = Path::new("/proc/sys/kernel/sched_energy_aware");
+    let log = eas_probe(sysctl);
+    data["eas"] =
+        eas(sysctl, Path::new("/sys/devices/system/cpu/cpufreq"), Path::new("/sys/kernel/debug/energy_model"), log);
     data["sched_verbose_toggled"] = guard.restore.into();
     drop(guard);
     report("topology", status, t.elapsed().as_secs_f64() * 1000.0, message, data);
@@ -153,6 +255,40 @@ mod tests {
         assert_eq!(data["online"], "0-1,10");
         assert_eq!(data["sched_domains"]["cpu0"][0]["flags"], json!(["SD_BALANCE_NEWIDLE", "SD_SHARE_LLC"]));
         assert_eq!(data["sched_domains"]["cpu0"][1], json!({"domain":1,"name":"MC","flags":null}));
+    }
+
+    #[test]
+    fn collects_fake_cpufreq_and_energy_model() {
+        let root = std::env::temp_dir().join(format!("topology-eas-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&root);
+        put(&root, "sysctl", "1\n");
+        for (n, cpus, khz) in [(0, "0 1 2 3", 1785600), (4, "4 5 6", 2419200)] {
+            put(&root, &format!("cpufreq/policy{n}/related_cpus"), &format!("{cpus}\n"));
+            put(&root, &format!("cpufreq/policy{n}/scaling_governor"), "schedutil\n");
+            put(&root, &format!("cpufreq/policy{n}/scaling_cur_freq"), &format!("{khz}\n"));
+            put(&root, &format!("cpufreq/policy{n}/cpuinfo_max_freq"), &format!("{khz}\n"));
+            put(&root, &format!("em/cpu{n}/cpus"), &format!("{}\n", if n == 0 { "0-3" } else { "4-6" }));
+            put(&root, &format!("em/cpu{n}/ps:{khz}/frequency"), &format!("{khz}\n"));
+            put(&root, &format!("em/cpu{n}/ps:{khz}/cost"), "9248\n");
+        }
+        put(&root, "em/cpu4/ps:576000/frequency", "576000\n");
+        let v = eas(&root.join("sysctl"), &root.join("cpufreq"), &root.join("em"), vec!["starting EAS".into()]);
+        fs::remove_dir_all(&root).unwrap();
+        assert_eq!(v["sched_energy_aware"], "1");
+        assert_eq!(v["policies"][0]["cpus"], "0-3");
+        assert_eq!(v["policies"][1]["governor"], "schedutil");
+        assert_eq!(v["policies"][1]["max_khz"], 2419200);
+        assert_eq!(v["energy_model"][1]["name"], "cpu4");
+        assert_eq!(v["energy_model"][1]["cpus"], "4-6");
+        // States sorted by frequency, missing files null.
+        assert_eq!(
+            v["energy_model"][1]["states"][0],
+            json!({"khz": 576000, "power": null, "cost": null, "performance": null})
+        );
+        assert_eq!(v["energy_model"][1]["states"][1]["cost"], 9248);
+        assert_eq!(cpus_to_list("7 4 5 0"), "0,4-5,7");
+        let none = eas(Path::new("/nonexistent/s"), Path::new("/nonexistent/c"), Path::new("/nonexistent/e"), vec![]);
+        assert!(none["sched_energy_aware"].is_null() && none["policies"] == json!([]));
     }
 
     #[test]

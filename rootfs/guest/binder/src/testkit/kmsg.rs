@@ -15,8 +15,8 @@ pub struct Record {
     pub text: String,
 }
 
-/// A reader positioned at the end of the log when opened: it returns what the kernel
-/// logs afterwards.
+/// A reader of the kernel log: from where it was opened ([`Kmsg::open_at_end`]: what the
+/// kernel logs afterwards; [`Kmsg::open_at_start`]: everything still in the buffer).
 pub struct Kmsg {
     f: File,
     /// How often records were overwritten before they could be read (EPIPE).
@@ -25,8 +25,14 @@ pub struct Kmsg {
 
 impl Kmsg {
     pub fn open_at_end() -> io::Result<Kmsg> {
-        let mut f = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open("/dev/kmsg")?;
-        f.seek(SeekFrom::End(0))?;
+        let mut k = Self::open_at_start()?;
+        k.f.seek(SeekFrom::End(0))?;
+        Ok(k)
+    }
+
+    /// A reader from the oldest record the kernel still holds (boot messages included).
+    pub fn open_at_start() -> io::Result<Kmsg> {
+        let f = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open("/dev/kmsg")?;
         Ok(Kmsg { f, lost: 0 })
     }
 

@@ -1,0 +1,164 @@
+//! EAS as board data: the energy model Linux builds from a board's single OPP per cluster,
+//! and the check of what the guest reports against it.
+//!
+//! The DT gives each cluster one OPP at its fixed clock (a `fixed-clock` cannot change rate,
+//! so more OPPs would be frequencies that never happen) with `opp-microvolt`, and its cpu
+//! nodes `dynamic-power-coefficient`. cpufreq-dt registers the energy model from them.
+
+use serde::{Deserialize, Serialize};
+
+use crate::schema::{Board, Cluster};
+use crate::topology::{expected_capacities, format_cpulist, parse_cpulist};
+
+/// The OPP's power in µW, as drivers/opp/of.c `dev_pm_opp_calc_power` computes it:
+/// coefficient × mV² × MHz / 10⁶, in integers (mV and MHz truncated).
+pub fn opp_power_uw(c: &Cluster) -> Option<u64> {
+    let e = c.eas?;
+    let mv = u64::from(e.microvolt / 1000);
+    let mhz = u64::from(c.max_khz) / 1000;
+    Some(u64::from(e.dynamic_power_coefficient) * mv * mv * mhz / 1_000_000)
+}
+
+/// The EM cost of the cluster's OPP, as kernel/power/energy_model.c `em_compute_costs`
+/// computes it: power × 10 / performance, where performance at the only (top) OPP is the
+/// CPU's capacity.
+pub fn em_cost(board: &Board, c: &Cluster) -> Option<u64> {
+    let cap = u64::from(*expected_capacities(board).get(*c.cpus.first()? as usize)?);
+    Some(opp_power_uw(c)? * 10 / cap.max(1))
+}
+
+/// One perf domain as the guest should report it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DomainExpect {
+    pub cpus: String,
+    pub khz: u32,
+    pub power_uw: u64,
+    pub cost: u64,
+}
+
+/// The perf domains (one per cluster) of a board with EAS; empty without.
+pub fn expected_domains(board: &Board) -> Vec<DomainExpect> {
+    board
+        .clusters()
+        .iter()
+        .filter_map(|c| {
+            Some(DomainExpect {
+                cpus: format_cpulist(&c.cpus),
+                khz: c.max_khz,
+                power_uw: opp_power_uw(c)?,
+                cost: em_cost(board, c)?,
+            })
+        })
+        .collect()
+}
+
+/// A cpufreq policy as the guest reports it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PolicyObserved {
+    pub policy: u32,
+    pub cpus: Option<String>,
+    pub governor: Option<String>,
+    pub driver: Option<String>,
+    pub cur_khz: Option<u64>,
+    pub max_khz: Option<u64>,
+}
+
+/// One performance state of an energy-model domain (debugfs `energy_model/<dev>/ps:<f>`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StateObserved {
+    pub khz: Option<u64>,
+    pub power: Option<u64>,
+    pub cost: Option<u64>,
+    pub performance: Option<u64>,
+}
+
+/// One energy-model domain (debugfs `energy_model/<dev>`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DomainObserved {
+    pub name: String,
+    pub cpus: Option<String>,
+    pub states: Vec<StateObserved>,
+}
+
+/// The guest's EAS report (the topology step's `eas` object).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EasObserved {
+    /// /proc/sys/kernel/sched_energy_aware as read ("" when EAS is impossible, None if absent).
+    pub sched_energy_aware: Option<String>,
+    pub policies: Vec<PolicyObserved>,
+    pub energy_model: Vec<DomainObserved>,
+    /// Kernel log lines about EAS ("sched_energy_set: starting EAS", "Checking EAS ...").
+    pub log: Vec<String>,
+}
+
+/// The scheduler's perf domains (cpus, number of performance states) from its last
+/// `root_domain 0-7: pd7:{ cpus=7 nr_pstate=1 } pd4:{ ... }` line (sched_verbose).
+pub fn perf_domains(log: &[String]) -> Vec<(String, u32)> {
+    let Some(line) = log.iter().rev().find(|l| l.contains("root_domain") && l.contains("nr_pstate=")) else {
+        return vec![];
+    };
+    let field = |part: &str, key: &str| part.split(key).nth(1)?.split_whitespace().next().map(str::to_string);
+    line.split(" pd")
+        .skip(1)
+        .filter_map(|part| Some((field(part, "cpus=")?, field(part, "nr_pstate=")?.parse().ok()?)))
+        .collect()
+}
+
+fn same_cpus(a: Option<&str>, b: &str) -> bool {
+    a.and_then(parse_cpulist).is_some_and(|v| Some(v) == parse_cpulist(b))
+}
+
+/// Compares the guest's EAS report with the board; one message per mismatch.
+pub fn compare_eas(board: &Board, o: &EasObserved) -> Vec<String> {
+    let mut out = Vec::new();
+    let aware = o.sched_energy_aware.as_deref().map(str::trim);
+    if !board.has_eas() {
+        if aware == Some("1") || !o.energy_model.is_empty() {
+            out.push(format!(
+                "board: no energy model (no EAS), guest: sched_energy_aware {aware:?}, {} energy-model domains",
+                o.energy_model.len()
+            ));
+        }
+        return out;
+    }
+    if aware != Some("1") {
+        out.push(format!("board: EAS, guest: sched_energy_aware {aware:?} (want \"1\")"));
+    }
+    if !o.log.iter().any(|l| l.contains("starting EAS")) {
+        out.push(format!("board: EAS, guest: no \"starting EAS\" in the kernel log ({:?})", o.log));
+    }
+    let mut pds = perf_domains(&o.log);
+    pds.sort();
+    let mut want: Vec<(String, u32)> = expected_domains(board).into_iter().map(|d| (d.cpus, 1)).collect();
+    want.sort();
+    if pds != want {
+        out.push(format!("board: perf domains (cpus, OPPs) {want:?}, guest scheduler: {pds:?}"));
+    }
+    for d in expected_domains(board) {
+        match o.policies.iter().find(|p| same_cpus(p.cpus.as_deref(), &d.cpus)) {
+            None => out.push(format!("board: cpufreq policy for cpus {}, guest: none", d.cpus)),
+            Some(p) => {
+                if p.governor.as_deref() != Some("schedutil") {
+                    out.push(format!("board: cpus {} governor schedutil, guest: {:?}", d.cpus, p.governor));
+                }
+                if p.cur_khz != Some(u64::from(d.khz)) || p.max_khz != Some(u64::from(d.khz)) {
+                    let (cur, max) = (p.cur_khz, p.max_khz);
+                    out.push(format!("board: cpus {} at {} kHz, guest: cur {cur:?} max {max:?}", d.cpus, d.khz));
+                }
+            }
+        }
+        let Some(em) = o.energy_model.iter().find(|e| same_cpus(e.cpus.as_deref(), &d.cpus)) else {
+            out.push(format!("board: energy-model domain for cpus {}, guest: none", d.cpus));
+            continue;
+        };
+        let want = (Some(u64::from(d.khz)), Some(d.power_uw), Some(d.cost));
+        let got: Vec<_> = em.states.iter().map(|s| (s.khz, s.power, s.cost)).collect();
+        if got != [want] {
+            out.push(format!(
+                "board: cpus {} one state ({} kHz, {} µW, cost {}), guest {}: {got:?}",
+                d.cpus, d.khz, d.power_uw, d.cost, em.name
+            ));
+        }
+    }
+    out
+}
