@@ -91,6 +91,10 @@ pub fn build(flavor: &str) -> Result<Built> {
     let cache = paths::cache();
     let merged = fragment(flavor)?;
     let lock = Lock::load(&Lock::path())?;
+    if let Some(b) = published_unlocked(&cache, &lock, flavor, &merged) {
+        eprintln!("lab: kernel {flavor} is up to date: {}", b.dir.display());
+        return Ok(b);
+    }
     let (tc, src, _tree_lock) = prepared_tree(&cache, &lock)?;
 
     let state = tree::state_hash(&src)?;
@@ -124,6 +128,20 @@ pub fn build(flavor: &str) -> Result<Built> {
     prune(&cache, flavor, &key);
     eprintln!("lab: kernel {flavor} built in {:.0?}: {}", t0.elapsed(), out.display());
     Ok(built)
+}
+
+/// The published build a locked `build` would find, looked up without the tree lock: another
+/// process may hold it for many minutes while it builds another flavor. Only when the tree
+/// already carries exactly our series, unedited.
+fn published_unlocked(cache: &Path, lock: &Lock, flavor: &str, merged: &Fragment) -> Option<Built> {
+    let tc = Toolchain::probe(cache)?;
+    let src = tree::tree_dir(cache, lock);
+    if !tree::carries_exactly(&src, &Series::load(&paths::driver_dir()).ok()?) {
+        return None;
+    }
+    let key = cache_key(lock, merged, &tree::state_hash(&src).ok()?, &tc.fingerprint().ok()?);
+    let dir = artifacts_dir(cache, flavor, &key);
+    dir.join("Image").is_file().then(|| Built { flavor: flavor.into(), key, dir })
 }
 
 /// The toolchain and the kernel tree carrying the series, provisioning what is missing.
@@ -209,24 +227,7 @@ fn publish(obj: &Path, out: &Path, tc: &Toolchain, src: &Path) -> Result<()> {
 
 /// Keeps the newest few published builds of a flavor.
 fn prune(cache: &Path, flavor: &str, keep_key: &str) {
-    let dir = cache.join("kernel/artifacts");
-    let prefix = format!("{flavor}-");
-    let mut builds: Vec<(std::time::SystemTime, PathBuf)> = std::fs::read_dir(&dir)
-        .map(|rd| {
-            rd.flatten()
-                .filter(|e| {
-                    let n = e.file_name().to_string_lossy().into_owned();
-                    n.starts_with(&prefix) && !n.ends_with(keep_key)
-                })
-                .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
-                .collect()
-        })
-        .unwrap_or_default();
-    builds.sort();
-    let excess = builds.len().saturating_sub(KEEP - 1);
-    for (_, p) in builds.into_iter().take(excess) {
-        let _ = std::fs::remove_dir_all(p);
-    }
+    crate::util::prune_builds(&cache.join("kernel/artifacts"), &format!("{flavor}-"), keep_key, KEEP);
 }
 
 #[cfg(test)]

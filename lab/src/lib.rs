@@ -15,6 +15,7 @@ pub mod nightly;
 pub mod paths;
 pub mod plots;
 pub mod qemu;
+pub mod qemubuild;
 pub mod report;
 pub mod reproduce;
 pub mod run;

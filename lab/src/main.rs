@@ -29,6 +29,14 @@ enum Cmd {
     DriverExport,
     /// Discard the tree's work and re-apply rust-driver/ from scratch.
     DriverReset,
+    /// Build (or reuse) the lab's patched QEMU (qemu/) and print its binary's path.
+    Qemu,
+    /// Print the prepared QEMU tree's path (edit and commit there, then `qemu-export`).
+    QemuTree,
+    /// Regenerate qemu/*.patch and series from the QEMU tree's commits.
+    QemuExport,
+    /// Discard the QEMU tree's work and re-apply qemu/ from scratch.
+    QemuReset,
     /// Boot a board, run a plan, print the summary; non-zero exit on any failure.
     Run(RunArgs),
     /// Boot a board with an interactive shell on the console.
@@ -130,6 +138,12 @@ struct RunArgs {
     /// Extra kernel command-line arguments.
     #[arg(long)]
     append: Vec<String>,
+    /// Which QEMU: the system's, or the lab's patched build (qemu/, built on first use).
+    #[arg(long, value_enum, env = "LAB_QEMU", default_value = "system")]
+    qemu: lab::qemubuild::Choice,
+    /// A TCG plugin, `path[,arg=value...]` (`{run}` is the run directory); repeatable.
+    #[arg(long)]
+    plugin: Vec<String>,
 }
 
 impl RunArgs {
@@ -150,6 +164,8 @@ impl RunArgs {
             echo: self.verbose,
             pin: self.pin,
             append: self.append.clone(),
+            qemu: self.qemu,
+            plugins: self.plugin.clone(),
             ..Default::default()
         }
     }
@@ -183,6 +199,29 @@ fn run(cmd: Cmd) -> Result<()> {
             for n in names {
                 println!("  {n}");
             }
+            Ok(())
+        }
+        Cmd::Qemu => {
+            println!("{}", lab::qemubuild::build()?.binary().display());
+            Ok(())
+        }
+        Cmd::QemuTree => {
+            println!("{}", lab::qemubuild::prepared_tree(&cache)?.0.display());
+            Ok(())
+        }
+        Cmd::QemuExport => {
+            let (t, _lock) = lab::qemubuild::unsynced_tree(&cache)?;
+            let names = tree::export_named(&t, &paths::qemu_dir(), lab::qemubuild::NAMES, "cargo make qemu")?;
+            println!("exported {} patch(es) to qemu/", names.len());
+            for n in names {
+                println!("  {n}");
+            }
+            Ok(())
+        }
+        Cmd::QemuReset => {
+            let (t, _lock) = lab::qemubuild::unsynced_tree(&cache)?;
+            tree::reset(&t, &lab::qemubuild::series()?)?;
+            println!("{} now carries exactly qemu/series", t.display());
             Ok(())
         }
         Cmd::Run(args) => {

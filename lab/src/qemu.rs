@@ -36,6 +36,8 @@ pub enum Console {
 /// Everything needed to start one VM.
 #[derive(Clone, Debug)]
 pub struct VmSpec {
+    /// The QEMU binary: the system's `qemu-system-aarch64` or the lab's build.
+    pub binary: PathBuf,
     pub machine: String,
     pub cpu: String,
     pub smp: u32,
@@ -52,6 +54,8 @@ pub struct VmSpec {
     /// QMP unix socket.
     pub qmp: Option<PathBuf>,
     pub pvpanic: bool,
+    /// TCG plugins: each a `-plugin` argument (`path,arg=value,...`).
+    pub plugins: Vec<String>,
 }
 
 impl VmSpec {
@@ -153,7 +157,7 @@ impl VmSpec {
     }
 
     pub fn argv(&self) -> Vec<String> {
-        let mut v = vec![QEMU.to_string()];
+        let mut v = vec![self.binary.display().to_string()];
         for part in [
             self.machine_args(),
             self.accel_args(),
@@ -163,6 +167,7 @@ impl VmSpec {
             self.qmp_args(),
             self.panic_args(),
             self.misc_args(),
+            self.plugins.iter().flat_map(|p| ["-plugin".to_string(), p.clone()]).collect(),
         ] {
             v.extend(part);
         }
@@ -184,16 +189,23 @@ pub fn shell_line(argv: &[String]) -> String {
         .join(" ")
 }
 
-/// `qemu-system-aarch64 --version`, first line; asked once per process (the DTB cache key and
-/// every manifest need it).
+/// The system `qemu-system-aarch64 --version`, first line.
 pub fn version() -> Result<String> {
-    static VERSION: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    if let Some(v) = VERSION.get() {
+    version_of(Path::new(QEMU))
+}
+
+/// `BINARY --version`, first line; asked once per binary and process (the DTB cache key and
+/// every manifest need it).
+pub fn version_of(binary: &Path) -> Result<String> {
+    static VERSIONS: std::sync::Mutex<Vec<(PathBuf, String)>> = std::sync::Mutex::new(Vec::new());
+    if let Some((_, v)) = VERSIONS.lock().unwrap().iter().find(|(b, _)| b == binary) {
         return Ok(v.clone());
     }
-    let out = crate::util::output(Command::new(QEMU).arg("--version"))
-        .context("qemu-system-aarch64 not found; run `cargo make setup`")?;
-    Ok(VERSION.get_or_init(|| out.lines().next().unwrap_or_default().to_string()).clone())
+    let out = crate::util::output(Command::new(binary).arg("--version"))
+        .with_context(|| format!("{} not found; run `cargo make setup`", binary.display()))?;
+    let v = out.lines().next().unwrap_or_default().to_string();
+    VERSIONS.lock().unwrap().push((binary.to_path_buf(), v.clone()));
+    Ok(v)
 }
 
 /// A running QEMU. Dropping it ends the process: every QEMU the lab starts is cleaned up.
@@ -235,7 +247,7 @@ impl Vm {
                 Ok(())
             });
         }
-        let mut child = cmd.spawn().with_context(|| format!("starting {QEMU}; run `cargo make setup`"))?;
+        let mut child = cmd.spawn().with_context(|| format!("starting {}; run `cargo make setup`", argv[0]))?;
         let started = Instant::now();
         let pid = child.id();
         let console = if spec.console == Console::Pipe {
@@ -374,15 +386,15 @@ impl Drop for Vm {
     }
 }
 
-/// Path to `qemu-system-aarch64`'s DTB dump, cached per machine/cpu/smp/memory and QEMU version.
-pub fn qemu_dtb(cache: &Path, board: &board::Board) -> Result<PathBuf> {
-    let ver = version()?;
+/// Path to `binary`'s DTB dump, cached per machine/cpu/smp/memory and QEMU version.
+pub fn qemu_dtb(cache: &Path, board: &board::Board, binary: &Path) -> Result<PathBuf> {
+    let ver = version_of(binary)?;
     let key = crate::util::sha256_hex(format!("{}\n{ver}", board::qemu_dtb_key(board)).as_bytes());
     let path = cache.join("dtb").join(format!("qemu-virt-{}.dtb", &key[..16]));
     if !path.is_file() {
         std::fs::create_dir_all(path.parent().unwrap())?;
         let tmp = path.with_extension(format!("tmp{}-{:?}", std::process::id(), std::thread::current().id()));
-        board::dump_qemu_dtb(Path::new(QEMU), board, &tmp)?;
+        board::dump_qemu_dtb(binary, board, &tmp)?;
         std::fs::rename(&tmp, &path)?;
     }
     Ok(path)
@@ -394,6 +406,7 @@ mod tests {
 
     fn spec() -> VmSpec {
         VmSpec {
+            binary: QEMU.into(),
             machine: "virt,gic-version=3".into(),
             cpu: "cortex-a76".into(),
             smp: 8,
@@ -408,6 +421,7 @@ mod tests {
             results: Some("/r/results.jsonl".into()),
             qmp: Some("/r/qmp.sock".into()),
             pvpanic: true,
+            plugins: vec![],
         }
     }
 
@@ -430,6 +444,13 @@ mod tests {
         assert!(has_pair(&a, "-qmp", "unix:/r/qmp.sock,server=on,wait=off"));
         assert!(has_pair(&a, "-device", "pvpanic-pci"));
         assert!(a.contains(&"-no-reboot".to_string()));
+        assert!(!a.contains(&"-plugin".to_string()));
+        let mut s = spec();
+        s.binary = "/c/qemu-x/qemu-system-aarch64".into();
+        s.plugins = vec!["/p/libinsns.so,out=/r/insns.json".into()];
+        let a = s.argv();
+        assert_eq!(a[0], "/c/qemu-x/qemu-system-aarch64");
+        assert!(has_pair(&a, "-plugin", "/p/libinsns.so,out=/r/insns.json"));
     }
 
     #[test]

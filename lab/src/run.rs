@@ -61,6 +61,10 @@ pub struct RunOpts {
     pub append: Vec<String>,
     /// Short label for the run directory.
     pub name: String,
+    /// The system QEMU or the lab's build (`qemu/`).
+    pub qemu: crate::qemubuild::Choice,
+    /// TCG plugins (`path,arg=value`); `{run}` in an argument becomes the run directory.
+    pub plugins: Vec<String>,
 }
 
 impl Default for RunOpts {
@@ -78,6 +82,8 @@ impl Default for RunOpts {
             pin: false,
             append: vec![],
             name: String::new(),
+            qemu: Default::default(),
+            plugins: vec![],
         }
     }
 }
@@ -232,6 +238,9 @@ pub struct Prepared {
     pub dtb: PathBuf,
     pub initrd: PathBuf,
     pub plan: Plan,
+    /// The QEMU binary, and the lab build's key (None: the system QEMU).
+    pub qemu: PathBuf,
+    pub qemu_key: Option<String>,
 }
 
 /// Builds what is missing and writes the DTB and initramfs into `dir`.
@@ -239,7 +248,8 @@ pub fn prepare(opts: &RunOpts, plan: Plan, dir: &Path) -> Result<Prepared> {
     let cache = paths::cache();
     let board = load_board(&opts.board)?;
     let kernel = kernel::build(&opts.flavor)?;
-    let base = std::fs::read(qemu::qemu_dtb(&cache, &board)?)?;
+    let (qemu_bin, qemu_key) = crate::qemubuild::resolve(opts.qemu)?;
+    let base = std::fs::read(qemu::qemu_dtb(&cache, &board, &qemu_bin)?)?;
     let dtb = dir.join("board.dtb");
     std::fs::write(&dtb, board::generate_dtb(&board, &base)?)?;
 
@@ -249,7 +259,7 @@ pub fn prepare(opts: &RunOpts, plan: Plan, dir: &Path) -> Result<Prepared> {
     spec.overlay = opts.overlay.clone();
     let initrd = dir.join("initramfs.cpio");
     rootfs::write_initramfs(&spec, &initrd)?;
-    Ok(Prepared { kernel, board, dtb, initrd, plan })
+    Ok(Prepared { kernel, board, dtb, initrd, plan, qemu: qemu_bin, qemu_key })
 }
 
 /// A fresh, unique run directory.
@@ -272,7 +282,9 @@ pub fn new_run_dir(name: &str) -> Result<PathBuf> {
 pub fn vm_spec(p: &Prepared, opts: &RunOpts, dir: &Path, console: Console) -> VmSpec {
     let mut append = vec!["console=ttyAMA0".to_string(), "loglevel=5".into(), "rdinit=/init".into()];
     append.extend(opts.append.iter().cloned());
+    let run = dir.display().to_string();
     VmSpec {
+        binary: p.qemu.clone(),
         machine: p.board.qemu_machine().to_string(),
         cpu: p.board.qemu_cpu().to_string(),
         smp: p.board.smp(),
@@ -287,6 +299,7 @@ pub fn vm_spec(p: &Prepared, opts: &RunOpts, dir: &Path, console: Console) -> Vm
         results: (console == Console::Pipe).then(|| dir.join("results.jsonl")),
         qmp: Some(dir.join("qmp.sock")),
         pvpanic: true,
+        plugins: opts.plugins.iter().map(|p| p.replace("{run}", &run)).collect(),
     }
 }
 
@@ -374,9 +387,18 @@ pub fn run_plan(plan: &Plan, opts: &RunOpts) -> Result<Outcome> {
         pin_vcpus(&vcpus);
     }
 
-    let drain_console = |lines: &mut Vec<String>, vm: &mut Vm, consolef: &mut std::io::BufWriter<std::fs::File>| {
+    // With `until`, waits for the reader threads to reach EOF (their channel disconnects) up to
+    // that instant: after QEMU exited, a fixed pause lost the console's tail on a loaded host.
+    let drain_console_until = |lines: &mut Vec<String>,
+                               vm: &mut Vm,
+                               consolef: &mut std::io::BufWriter<std::fs::File>,
+                               until: Option<Instant>| {
         if let Some(rx) = vm.console.as_ref() {
-            while let Ok(l) = rx.try_recv() {
+            let next = || match until {
+                Some(t) => rx.recv_timeout(t.saturating_duration_since(Instant::now())).ok(),
+                None => rx.try_recv().ok(),
+            };
+            while let Some(l) = next() {
                 let _ = writeln!(consolef, "{l}");
                 if opts.echo {
                     eprintln!("  | {l}");
@@ -384,6 +406,9 @@ pub fn run_plan(plan: &Plan, opts: &RunOpts) -> Result<Outcome> {
                 lines.push(l);
             }
         }
+    };
+    let drain_console = |lines: &mut Vec<String>, vm: &mut Vm, consolef: &mut std::io::BufWriter<std::fs::File>| {
+        drain_console_until(lines, vm, consolef, None)
     };
 
     while verdict.is_none() {
@@ -438,8 +463,8 @@ pub fn run_plan(plan: &Plan, opts: &RunOpts) -> Result<Outcome> {
             }
         } else if let Some(st) = vm.exited()? {
             // Let the reader threads and the chardev file catch up.
+            drain_console_until(&mut lines, &mut vm, &mut consolef, Some(Instant::now() + Duration::from_secs(5)));
             std::thread::sleep(Duration::from_millis(100));
-            drain_console(&mut lines, &mut vm, &mut consolef);
             events.extend(tail.poll());
             events.extend(console_events(&lines, &mut console_pos));
             let done = events.iter().any(|e| matches!(e, Event::Done));
@@ -558,6 +583,10 @@ struct Manifest<'a> {
     host_cpus: usize,
     host_loadavg: String,
     qemu: String,
+    /// `system` or `lab`, and the lab build's content key.
+    qemu_choice: crate::qemubuild::Choice,
+    qemu_key: Option<&'a str>,
+    plugins: &'a [String],
     kernel_flavor: &'a str,
     kernel_release: String,
     kernel_key: &'a str,
@@ -593,7 +622,10 @@ fn write_manifest(
         host_cpu,
         host_cpus: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
         host_loadavg: std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim().to_string(),
-        qemu: qemu::version().unwrap_or_default(),
+        qemu: qemu::version_of(&p.qemu).unwrap_or_default(),
+        qemu_choice: opts.qemu,
+        qemu_key: p.qemu_key.as_deref(),
+        plugins: &spec.plugins,
         kernel_flavor: &p.kernel.flavor,
         kernel_release: p.kernel.kernel_release(),
         kernel_key: &p.kernel.key,

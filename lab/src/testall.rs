@@ -28,6 +28,11 @@ pub fn run() -> Result<()> {
         let b = kernel::build(flavor)?;
         eprintln!("kernel {flavor}: {} ({})", b.image().display(), b.kernel_release());
     }
+    // The lab QEMU (qemu/) for the tests that boot it; cached like the kernels.
+    eprintln!("\n=== lab QEMU");
+    let t = Instant::now();
+    let q = crate::qemubuild::build()?;
+    eprintln!("lab QEMU: {} in {:.0?}", q.binary().display(), t.elapsed());
     eprintln!("\n=== driver-check");
     crate::driver_check::run()?;
     // --no-fail-fast: one failing test file must not hide the others' results.

@@ -1,6 +1,6 @@
-//! The prepared kernel tree: the unpacked tarball as a base commit, then one commit per
-//! patch of `rust-driver/series`. Driver developers edit and commit there, and
-//! `lab driver-export` turns the commits back into the series.
+//! A prepared source tree: the unpacked tarball as a base commit, then one commit per
+//! patch of a series (`rust-driver/series` on the kernel, `qemu/series` on QEMU). Developers
+//! edit and commit there, and the export command turns the commits back into the series.
 
 use crate::lock::Lock;
 use crate::util::{output, sha256_hex, write_atomic};
@@ -56,30 +56,52 @@ pub fn ensure_unpacked(cache: &Path, lock: &Lock, deb: &Path) -> Result<PathBuf>
     if !st.success() {
         bail!("unpacking {tarball} from {} failed", deb.display());
     }
-    output(git(&tmp).args(["init", "-q", "-b", BASE_BRANCH]))?;
-    output(git(&tmp).args(["add", "-A", "-f", "."]))?;
-    let msg = format!("{} {}", lock.kernel.package, lock.kernel.version);
-    output(
-        git(&tmp).env("GIT_AUTHOR_DATE", EPOCH).env("GIT_COMMITTER_DATE", EPOCH).args(["commit", "-q", "-m", &msg]),
-    )?;
-    output(git(&tmp).args(["branch", WORK_BRANCH]))?;
-    output(git(&tmp).args(["checkout", "-q", WORK_BRANCH]))?;
-    let base = git_out(&tmp, &["rev-parse", "HEAD"])?;
-    write_atomic(&tmp.join(".git/lab-base"), base.as_bytes())?;
+    commit_base(&tmp, &format!("{} {}", lock.kernel.package, lock.kernel.version))?;
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::rename(&tmp, &dir)?;
     Ok(dir)
 }
+
+/// Turns the unpacked source in `dir` into a prepared tree: a git repository whose base
+/// commit (fixed identity and date, so the same source gives the same id) holds all of it,
+/// with the work branch checked out and the base recorded.
+pub fn commit_base(dir: &Path, msg: &str) -> Result<()> {
+    output(git(dir).args(["init", "-q", "-b", BASE_BRANCH]))?;
+    output(git(dir).args(["add", "-A", "-f", "."]))?;
+    output(git(dir).env("GIT_AUTHOR_DATE", EPOCH).env("GIT_COMMITTER_DATE", EPOCH).args(["commit", "-q", "-m", msg]))?;
+    output(git(dir).args(["branch", WORK_BRANCH]))?;
+    output(git(dir).args(["checkout", "-q", WORK_BRANCH]))?;
+    let base = git_out(dir, &["rev-parse", "HEAD"])?;
+    write_atomic(&dir.join(".git/lab-base"), base.as_bytes())
+}
+
+/// How a series' messages name it: its folder and the commands that export and reset it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Names {
+    pub folder: &'static str,
+    pub export: &'static str,
+    pub reset: &'static str,
+    pub base: &'static str,
+}
+
+pub const KERNEL: Names =
+    Names { folder: "rust-driver/", export: "driver-export", reset: "driver-reset", base: "the pinned kernel" };
 
 /// The series: `series` lists patch files, one per line (`#` comments allowed).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Series {
     pub dir: PathBuf,
     pub patches: Vec<String>,
+    pub names: Names,
 }
 
 impl Series {
+    /// The kernel's series (`rust-driver/`).
     pub fn load(dir: &Path) -> Result<Series> {
+        Series::load_named(dir, KERNEL)
+    }
+
+    pub fn load_named(dir: &Path, names: Names) -> Result<Series> {
         let path = dir.join("series");
         let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
         let patches: Vec<String> =
@@ -89,7 +111,7 @@ impl Series {
                 bail!("{}: lists {p}, which does not exist in {}", path.display(), dir.display());
             }
         }
-        Ok(Series { dir: dir.to_path_buf(), patches })
+        Ok(Series { dir: dir.to_path_buf(), patches, names })
     }
 
     /// Content hash of the whole series: names and bytes, in order.
@@ -119,12 +141,16 @@ fn set_stamps(tree: &Path, series_hash: &str) -> Result<()> {
 /// The lock on the shared kernel tree: one lab process at a time syncs it to its series and
 /// builds from it. Waits (with a message) while another process holds it.
 pub fn lock(cache: &Path) -> Result<std::fs::File> {
-    let dir = cache.join("kernel/src");
-    std::fs::create_dir_all(&dir)?;
+    lock_in(&cache.join("kernel/src"), "kernel")
+}
+
+/// The lock on the trees in `dir` (`what`: kernel, QEMU).
+pub fn lock_in(dir: &Path, what: &str) -> Result<std::fs::File> {
+    std::fs::create_dir_all(dir)?;
     let f = std::fs::File::create(dir.join(".lab-tree.lock"))?;
     if f.try_lock().is_err() {
-        eprintln!("lab: waiting for another lab process that is using the kernel tree");
-        f.lock().context("locking the kernel tree")?;
+        eprintln!("lab: waiting for another lab process that is using the {what} tree");
+        f.lock().with_context(|| format!("locking the {what} tree"))?;
     }
     Ok(f)
 }
@@ -138,12 +164,16 @@ pub fn sync_series(tree: &Path, series: &Series) -> Result<()> {
     let dirty = git_out(tree, &["status", "--porcelain", "--untracked-files=no"])?;
     let recorded = stamp(tree, "lab-head").or_else(|| stamp(tree, "lab-base"));
     if !dirty.is_empty() || recorded.as_deref() != Some(head.as_str()) {
+        let n = &series.names;
         bail!(
-            "rust-driver/ changed, but the kernel tree {} has work that is not in rust-driver/ yet \
-             ({}).\nKeep it: commit it there and run `cargo make driver-export`, then merge with your rust-driver/ change.\n\
-             Or drop it: `cargo make driver-reset` re-applies rust-driver/ from scratch.",
+            "{f} changed, but the tree {} has work that is not in {f} yet \
+             ({}).\nKeep it: commit it there and run `cargo make {}`, then merge with your {f} change.\n\
+             Or drop it: `cargo make {}` re-applies {f} from scratch.",
             tree.display(),
-            if dirty.is_empty() { "commits not exported" } else { "uncommitted changes" }
+            if dirty.is_empty() { "commits not exported" } else { "uncommitted changes" },
+            n.export,
+            n.reset,
+            f = n.folder,
         );
     }
     apply_series(tree, series)?;
@@ -169,9 +199,13 @@ fn apply_series(tree: &Path, series: &Series) -> Result<()> {
                 .lines()
                 .filter(|l| l.starts_with("error:") || l.contains("patch failed") || l.contains("does not exist"))
                 .collect();
+            let n = &series.names;
             bail!(
-                "patch rust-driver/{p} does not apply to the pinned kernel:\n{}\nThe tree was left as it was before. Fix or rebase the patch (edit it in the tree and `cargo make driver-export`).",
-                if failing.is_empty() { text.trim().to_string() } else { failing.join("\n") }
+                "patch {}{p} does not apply to {}:\n{}\nThe tree was left as it was before. Fix or rebase the patch (edit it in the tree and `cargo make {}`).",
+                n.folder,
+                n.base,
+                if failing.is_empty() { text.trim().to_string() } else { failing.join("\n") },
+                n.export
             );
         }
     }
@@ -187,6 +221,11 @@ pub fn reset(tree: &Path, series: &Series) -> Result<()> {
 /// Writes the tree's commits since the base back as the series (exact round trip with
 /// `sync_series`). Files not produced here (a cover letter) are left alone.
 pub fn export(tree: &Path, dir: &Path) -> Result<Vec<String>> {
+    export_named(tree, dir, KERNEL, "cargo make kernel")
+}
+
+/// [`export`] for any series; `applied_by` names the command that applies it.
+pub fn export_named(tree: &Path, dir: &Path, names: Names, applied_by: &str) -> Result<Vec<String>> {
     let base = stamp(tree, "lab-base").context("tree has no base stamp")?;
     let dirty = git_out(tree, &["status", "--porcelain", "--untracked-files=no"])?;
     if !dirty.is_empty() {
@@ -195,24 +234,24 @@ pub fn export(tree: &Path, dir: &Path) -> Result<Vec<String>> {
     let old = Series::load(dir).map(|s| s.patches).unwrap_or_default();
     let tmp = tempdir_in(dir)?;
     output(git(tree).args(format_patch_args()).arg("-o").arg(&tmp).arg(format!("{base}..HEAD")))?;
-    let mut names: Vec<String> =
+    let mut patches: Vec<String> =
         std::fs::read_dir(&tmp)?.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
-    names.sort();
+    patches.sort();
     for p in &old {
         let _ = std::fs::remove_file(dir.join(p));
     }
-    for n in &names {
+    for n in &patches {
         std::fs::rename(tmp.join(n), dir.join(n))?;
     }
     std::fs::remove_dir(&tmp)?;
-    let mut series = String::from("# Applied in order on the pinned kernel by `cargo make kernel`.\n");
-    for n in &names {
+    let mut series = format!("# Applied in order on {} by `{applied_by}`.\n", names.base);
+    for n in &patches {
         series.push_str(n);
         series.push('\n');
     }
     write_atomic(&dir.join("series"), series.as_bytes())?;
-    set_stamps(tree, &Series::load(dir)?.hash()?)?;
-    Ok(names)
+    set_stamps(tree, &Series::load_named(dir, names)?.hash()?)?;
+    Ok(patches)
 }
 
 /// Options chosen so format-patch output does not depend on the machine or the commit ids.
@@ -225,6 +264,14 @@ fn tempdir_in(dir: &Path) -> Result<PathBuf> {
     let _ = std::fs::remove_dir_all(&t);
     std::fs::create_dir_all(&t)?;
     Ok(t)
+}
+
+/// Whether the tree carries exactly `series` with no other work, read without the tree lock.
+/// A tree in the middle of a sync fails the check (its stamps are written last).
+pub fn carries_exactly(tree: &Path, series: &Series) -> bool {
+    let (Ok(want), Ok(head)) = (series.hash(), git_out(tree, &["rev-parse", "HEAD"])) else { return false };
+    let clean = git_out(tree, &["status", "--porcelain", "--untracked-files=all"]).is_ok_and(|s| s.is_empty());
+    clean && stamp(tree, "lab-series").as_deref() == Some(want.as_str()) && stamp(tree, "lab-head") == Some(head)
 }
 
 /// State of the tree for the cache key: HEAD plus any uncommitted edits.
