@@ -19,6 +19,19 @@ use crate::topology::cpu_map_clusters;
 /// How long QEMU may take to dump a DTB (it exits right after building the machine).
 const DUMP_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// QEMU's dump carries fresh random `/chosen` `rng-seed` and `kaslr-seed` bytes, so the same
+/// board gave a different DTB on every machine. Fixed bytes make it reproducible; QEMU
+/// re-randomizes both at reset anyway (qemu_fdt_randomize_seeds, from `-seed` when given).
+fn fix_random_seeds(tree: &mut DeviceTree) -> Result<()> {
+    let Some(chosen) = tree.root.child_mut("chosen") else { return Ok(()) };
+    for (name, len) in [("rng-seed", 32usize), ("kaslr-seed", 8)] {
+        if chosen.remove_property(name).is_some() {
+            chosen.add_property(prop(name, vec![0x5au8; len])?);
+        }
+    }
+    Ok(())
+}
+
 /// Runs QEMU only to dump its DTB for the board's machine/cpu/smp/memory into `out`.
 ///
 /// `-nic none` keeps QEMU from loading the default NIC's option ROM (efi-virtio.rom,
@@ -89,6 +102,7 @@ pub fn generate_dtb(board: &Board, qemu_dtb: &[u8]) -> Result<Vec<u8>> {
     // The writer always emits boot_cpuid_phys 0; refuse rather than silently change it.
     ensure!(fdt.boot_cpuid_phys() == 0, "QEMU DTB has boot_cpuid_phys {}, expected 0", fdt.boot_cpuid_phys());
     let mut tree = DeviceTree::from_fdt(&fdt);
+    fix_random_seeds(&mut tree)?;
     let mut phandles = Phandles::new(max_phandle(&tree.root))?;
 
     // Root fixed clocks, one per board cluster.

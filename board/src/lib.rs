@@ -14,10 +14,12 @@
 
 mod dtb;
 mod schema;
+mod timing;
 mod topology;
 
 pub use dtb::{dtb_to_dts, dump_qemu_dtb, generate_dtb, qemu_dtb_key};
 pub use schema::{parse_memory, Board, BoardError, Cache, Cluster, CpuMap, CpuMapLayout};
+pub use timing::{derived_ps_per_insn, Timing};
 pub use topology::{
     compare, cpu_map_clusters, expected_capacities, expected_topology, format_cpulist, parse_cpulist, CpuExpect,
     CpuObserved,

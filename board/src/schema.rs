@@ -63,6 +63,7 @@ struct BoardFile {
     clusters: Vec<ClusterFile>,
     l3: Option<CacheFile>,
     expect: Option<ExpectFile>,
+    timing: Option<crate::timing::TimingFile>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -207,6 +208,7 @@ pub struct Board {
     cpu_map: CpuMap,
     clusters: Vec<Cluster>,
     l3: Option<Cache>,
+    timing: Option<crate::timing::Timing>,
 }
 
 impl Board {
@@ -273,6 +275,10 @@ impl Board {
     /// Shared last-level cache, if described.
     pub fn l3(&self) -> Option<Cache> {
         self.l3
+    }
+    /// The heterogeneous-icount parameters (`[timing]`), if the board has them.
+    pub fn timing(&self) -> Option<&crate::timing::Timing> {
+        self.timing.as_ref()
     }
     /// Index into [`Board::clusters`] of the cluster holding `cpu`.
     pub fn cluster_index_of(&self, cpu: u32) -> Option<usize> {
@@ -526,7 +532,12 @@ fn validate(raw: BoardFile, file: &str) -> Result<Board, BoardError> {
         }
     }
 
+    let timing = match &raw.timing {
+        Some(t) => Some(crate::timing::validate(t, &clusters, smp).map_err(|(f, p, fix)| cx.err(f, p, &fix))?),
+        None => None,
+    };
     let board = Board {
+        timing,
         source: file.to_string(),
         name,
         description: raw.description.unwrap_or_default(),

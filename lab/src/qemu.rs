@@ -22,6 +22,16 @@ pub enum Tcg {
     /// Single-threaded with instruction counting: deterministic guest time and, with the
     /// options below, bit-identical repeated runs.
     Icount,
+    /// The lab QEMU's heterogeneous icount (`--qemu lab`): each vCPU has its own guest time,
+    /// advanced at its cluster's speed from the board's `[timing]`; deterministic like icount.
+    Hicount,
+}
+
+impl Tcg {
+    /// Modes whose runs repeat bit for bit (no host time or entropy reaches the guest).
+    pub fn deterministic(self) -> bool {
+        matches!(self, Tcg::Icount | Tcg::Hicount)
+    }
 }
 
 /// Where the guest's serial console goes.
@@ -56,6 +66,8 @@ pub struct VmSpec {
     pub pvpanic: bool,
     /// TCG plugins: each a `-plugin` argument (`path,arg=value,...`).
     pub plugins: Vec<String>,
+    /// Per-CPU speeds and quantum for `Tcg::Hicount`.
+    pub timing: Option<board::Timing>,
 }
 
 impl VmSpec {
@@ -83,6 +95,17 @@ impl VmSpec {
                 "-icount".into(),
                 format!("shift={},sleep=off,align=off", self.icount_shift),
             ],
+            // shift only matters for QEMU's own instruction-count conversions here.
+            Tcg::Hicount => {
+                let t = self.timing.as_ref().expect("hicount runs carry the board's timing");
+                let ps: Vec<String> = t.cpu_ps_per_insn.iter().map(u64::to_string).collect();
+                vec![
+                    "-accel".into(),
+                    "tcg,thread=single".into(),
+                    "-icount".into(),
+                    format!("shift=0,sleep=off,align=off,cpu-ps={},quantum={}", ps.join(":"), t.quantum_ns),
+                ]
+            }
         }
     }
 
@@ -112,7 +135,7 @@ impl VmSpec {
     /// dependent points (runs diverge inside the guest's virtio_console probe, and are
     /// identical without it), so the guest init falls back to `LABRESULT` console lines.
     pub fn has_result_port(&self) -> bool {
-        self.results.is_some() && self.tcg != Tcg::Icount
+        self.results.is_some() && !self.tcg.deterministic()
     }
 
     fn result_port_args(&self) -> Vec<String> {
@@ -144,7 +167,7 @@ impl VmSpec {
         // -no-reboot: the guest's power-off or reboot ends QEMU.
         let mut v: Vec<String> =
             ["-nodefaults", "-no-user-config", "-nic", "none", "-no-reboot"].map(String::from).to_vec();
-        if self.tcg == Tcg::Icount {
+        if self.tcg.deterministic() {
             // Repeatable runs. The RTC starts at a fixed date and follows guest time; there is
             // no host entropy device; and -seed makes QEMU's guest-visible randomness a fixed
             // PRNG (without it identical runs still diverge).
@@ -422,6 +445,7 @@ mod tests {
             qmp: Some("/r/qmp.sock".into()),
             pvpanic: true,
             plugins: vec![],
+            timing: None,
         }
     }
 
@@ -471,6 +495,16 @@ mod tests {
         let a = s.argv();
         assert!(!a.contains(&"-icount".to_string()) && !a.contains(&"-seed".to_string()));
         assert!(s.has_result_port() && a.contains(&"virtio-serial-device".to_string()));
+    }
+
+    #[test]
+    fn hicount_passes_the_board_timing() {
+        let mut s = spec();
+        s.tcg = Tcg::Hicount;
+        s.timing = Some(board::Timing { cpu_ps_per_insn: vec![1175, 1175, 413, 352], quantum_ns: 5000 });
+        let a = s.argv();
+        assert!(has_pair(&a, "-icount", "shift=0,sleep=off,align=off,cpu-ps=1175:1175:413:352,quantum=5000"));
+        assert!(has_pair(&a, "-seed", "1") && !s.has_result_port());
     }
 
     #[test]

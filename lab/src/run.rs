@@ -247,6 +247,7 @@ pub struct Prepared {
 pub fn prepare(opts: &RunOpts, plan: Plan, dir: &Path) -> Result<Prepared> {
     let cache = paths::cache();
     let board = load_board(&opts.board)?;
+    check_hicount(opts, &board)?;
     let kernel = kernel::build(&opts.flavor)?;
     let (qemu_bin, qemu_key) = crate::qemubuild::resolve(opts.qemu)?;
     let base = std::fs::read(qemu::qemu_dtb(&cache, &board, &qemu_bin)?)?;
@@ -260,6 +261,23 @@ pub fn prepare(opts: &RunOpts, plan: Plan, dir: &Path) -> Result<Prepared> {
     let initrd = dir.join("initramfs.cpio");
     rootfs::write_initramfs(&spec, &initrd)?;
     Ok(Prepared { kernel, board, dtb, initrd, plan, qemu: qemu_bin, qemu_key })
+}
+
+/// `--tcg hicount` needs what only the lab QEMU and a board with `[timing]` have.
+fn check_hicount(opts: &RunOpts, board: &board::Board) -> Result<()> {
+    if opts.tcg != Tcg::Hicount {
+        return Ok(());
+    }
+    if opts.qemu != crate::qemubuild::Choice::Lab {
+        bail!("--tcg hicount is the lab QEMU's timing model: add --qemu lab (or LAB_QEMU=lab)");
+    }
+    if board.timing().is_none() {
+        bail!(
+            "--tcg hicount needs the board's [timing] section, which {} lacks (board/sa8155p.toml has one)",
+            board.source()
+        );
+    }
+    Ok(())
 }
 
 /// A fresh, unique run directory.
@@ -300,6 +318,7 @@ pub fn vm_spec(p: &Prepared, opts: &RunOpts, dir: &Path, console: Console) -> Vm
         qmp: Some(dir.join("qmp.sock")),
         pvpanic: true,
         plugins: opts.plugins.iter().map(|p| p.replace("{run}", &run)).collect(),
+        timing: p.board.timing().cloned(),
     }
 }
 

@@ -1,5 +1,7 @@
 //! The lab's patched QEMU (qemu/): it builds, boots, and its plugins see each vCPU's own
-//! instructions under round-robin TCG (`thread=single -smp 8`, qemu/0002).
+//! instructions under round-robin TCG (`thread=single -smp 8`, qemu/0002); its heterogeneous
+//! icount (`--tcg hicount`, qemu/0003) runs each cluster at its own speed, overlaps the vCPUs
+//! in guest time and repeats bit for bit.
 
 use lab::qemu::Tcg;
 use lab::qemubuild::{self, Choice};
@@ -41,4 +43,61 @@ fn plugin_counts_match_loops_pinned_to_each_cpu() {
     let m: serde_json::Value = serde_json::from_slice(&std::fs::read(o.dir.join("manifest.json")).unwrap()).unwrap();
     assert_eq!(m["qemu_choice"], "lab");
     assert_eq!(m["qemu_key"].as_str().unwrap().len(), 16);
+}
+
+fn hicount(plan: &str) -> RunOpts {
+    RunOpts { plan: plan.into(), tcg: Tcg::Hicount, qemu: Choice::Lab, ..Default::default() }
+}
+
+/// Guest ns of result `case` of step `step`.
+fn loop_ns(o: &run::Outcome, step: &str, case: &str) -> f64 {
+    o.events
+        .iter()
+        .find_map(|e| match e {
+            labproto::Event::Result { step: s, case: c, data, .. } if s == step && c == case => data["ns"].as_f64(),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no {step}/{case} result:\n{}", run::summary(o)))
+}
+
+#[test]
+fn hicount_clusters_run_at_their_speed_and_loops_overlap() {
+    let o = run::run(&hicount("cpu-timing")).unwrap();
+    assert!(o.ok(), "{}", run::summary(&o));
+    let (silver, gold, prime) =
+        (loop_ns(&o, "sequential", "cpu0"), loop_ns(&o, "sequential", "cpu4"), loop_ns(&o, "sequential", "cpu7"));
+    // The figures (1024/306, 1024/871), within 2%.
+    for (what, got, want) in [("silver/prime", silver / prime, 3.35), ("gold/prime", gold / prime, 1.18)] {
+        assert!((got / want - 1.0).abs() < 0.02, "{what} = {got:.3}, want {want} ±2% (ns: {silver} {gold} {prime})");
+    }
+    // The prime's absolute speed is the board's: 40M instructions at 352 ps.
+    assert!((prime / (40e6 * 0.352) - 1.0).abs() < 0.02, "prime loop {prime} ns");
+    // Eight loops at once end when the silver ones do, not after 8 loops' worth of time.
+    let all = loop_ns(&o, "parallel", "all");
+    assert!(all / silver < 1.10 && all / silver > 0.95, "8 loops {all} ns vs one silver loop {silver} ns");
+    for cpu in 0..8 {
+        let ns = loop_ns(&o, "parallel", &format!("cpu{cpu}"));
+        let alone = if cpu < 4 {
+            silver
+        } else if cpu < 7 {
+            gold
+        } else {
+            prime
+        };
+        assert!((ns / alone - 1.0).abs() < 0.05, "cpu{cpu}: {ns} ns in parallel vs {alone} ns alone");
+    }
+}
+
+#[test]
+fn hicount_runs_are_bit_identical() {
+    let runs: Vec<run::Outcome> = (0..5).map(|_| run::run(&hicount("bench-quick")).unwrap()).collect();
+    let read = |o: &run::Outcome, f: &str| std::fs::read(o.dir.join(f)).unwrap();
+    for o in &runs {
+        assert!(o.ok(), "{}", run::summary(o));
+    }
+    for o in &runs[1..] {
+        for f in ["results.jsonl", "console.log"] {
+            assert!(read(o, f) == read(&runs[0], f), "{f} differs: {} vs {}", o.dir.display(), runs[0].dir.display());
+        }
+    }
 }
