@@ -4,20 +4,13 @@
 //! every device QEMU wires up (GIC, UART, virtio-mmio, PCIe, PSCI, timer) stays exactly
 //! as QEMU expects; only `/cpus` and a few root clock nodes change.
 
-use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
-
-use anyhow::{anyhow, bail, ensure, Context, Result};
+use anyhow::{anyhow, ensure, Result};
 use dtoolkit::fdt::Fdt;
 use dtoolkit::model::{DeviceTree, DeviceTreeNode, DeviceTreeProperty};
 use dtoolkit::{Node, Property};
 
 use crate::schema::{Board, Cache};
 use crate::topology::cpu_map_clusters;
-
-/// How long QEMU may take to dump a DTB (it exits right after building the machine).
-const DUMP_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// QEMU's dump carries fresh random `/chosen` `rng-seed` and `kaslr-seed` bytes, so the same
 /// board gave a different DTB on every machine. Fixed bytes make it reproducible; QEMU
@@ -29,45 +22,6 @@ fn fix_random_seeds(tree: &mut DeviceTree) -> Result<()> {
             chosen.add_property(prop(name, vec![0x5au8; len])?);
         }
     }
-    Ok(())
-}
-
-/// Runs QEMU only to dump its DTB for the board's machine/cpu/smp/memory into `out`.
-///
-/// `-nic none` keeps QEMU from loading the default NIC's option ROM (efi-virtio.rom,
-/// absent on some hosts); a PCI NIC never appears in the DTB anyway.
-pub fn dump_qemu_dtb(qemu: &Path, board: &Board, out: &Path) -> Result<()> {
-    let out_str = out.to_str().ok_or_else(|| anyhow!("{}: DTB output path is not UTF-8", out.display()))?;
-    // QEMU option values escape ',' by doubling it.
-    let machine = format!("{},dumpdtb={}", board.qemu_machine(), out_str.replace(',', ",,"));
-    let _ = std::fs::remove_file(out);
-    let mut cmd = Command::new(qemu);
-    cmd.args(["-M", &machine, "-cpu", board.qemu_cpu()])
-        .args(["-smp", &board.smp().to_string(), "-m", board.memory()])
-        .args(["-nographic", "-nic", "none"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let shown = format!("{cmd:?}");
-    let mut child = cmd.spawn().with_context(|| format!("cannot run {}", qemu.display()))?;
-    let start = Instant::now();
-    let status = loop {
-        if let Some(s) = child.try_wait()? {
-            break s;
-        }
-        if start.elapsed() > DUMP_TIMEOUT {
-            let _ = child.kill();
-            let _ = child.wait();
-            bail!("{shown} did not exit within {DUMP_TIMEOUT:?} (does this QEMU support dumpdtb?)");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let output = child.wait_with_output()?;
-    if !status.success() {
-        bail!("{shown} failed ({status}): {}", String::from_utf8_lossy(&output.stderr).trim());
-    }
-    let dtb = std::fs::read(out).with_context(|| format!("{shown} exited 0 but wrote no {}", out.display()))?;
-    Fdt::new(&dtb).map_err(|e| anyhow!("{}: QEMU wrote an invalid DTB: {e}", out.display()))?;
     Ok(())
 }
 
@@ -104,24 +58,7 @@ pub fn generate_dtb(board: &Board, qemu_dtb: &[u8]) -> Result<Vec<u8>> {
     let mut tree = DeviceTree::from_fdt(&fdt);
     fix_random_seeds(&mut tree)?;
     let mut phandles = Phandles::new(max_phandle(&tree.root))?;
-
-    // Root fixed clocks, one per board cluster.
-    let mut clk_phandles = Vec::new();
-    for (i, c) in board.clusters().iter().enumerate() {
-        let name = format!("clk-cluster{i}");
-        ensure!(tree.root.child(&name).is_none(), "QEMU DTB already has a /{name} node");
-        let ph = phandles.alloc()?;
-        clk_phandles.push(ph);
-        tree.root.add_child(
-            DeviceTreeNode::builder(name)?
-                .property(prop("compatible", "fixed-clock")?)
-                .property(prop("#clock-cells", 0u32)?)
-                .property(prop("clock-frequency", c.clock_hz())?)
-                .property(prop("clock-output-names", format!("cpu-clk-{}", c.name))?)
-                .property(prop("phandle", ph)?)
-                .build(),
-        );
-    }
+    let clk_phandles = add_cluster_clocks(&mut tree.root, board, &mut phandles)?;
 
     let cpus = tree.root.child_mut("cpus").ok_or_else(|| anyhow!("QEMU DTB has no /cpus node"))?;
     let cpu_names: Vec<String> = (*cpus).children().filter(|n| is_cpu_node(n)).map(|n| n.name().to_string()).collect();
@@ -133,59 +70,89 @@ pub fn generate_dtb(board: &Board, qemu_dtb: &[u8]) -> Result<Vec<u8>> {
         board.smp(),
         board.smp()
     );
-
     let l3_phandle = match board.l3() {
         Some(_) => Some(phandles.alloc()?),
         None => None,
     };
-
     let mut cpu_phandles = Vec::with_capacity(cpu_names.len());
     for (idx, name) in cpu_names.iter().enumerate() {
         let cluster_idx = board.cluster_index_of(idx as u32).expect("validated: every cpu in a cluster");
-        let cluster = &board.clusters()[cluster_idx];
         let node = cpus.child_mut(name).expect("just listed");
-
-        let existing = ["phandle", "linux,phandle"]
-            .iter()
-            .find_map(|p| (*node).property(p).and_then(|v| v.value_as::<u32>().ok()));
-        let ph = match existing {
-            Some(p) => p,
-            None => {
-                let p = phandles.alloc()?;
-                node.add_property(prop("phandle", p)?);
-                p
-            }
-        };
-        cpu_phandles.push(ph);
-
-        node.add_property(prop("capacity-dmips-mhz", cluster.capacity_dmips_mhz)?);
-        node.add_property(prop("clocks", clk_phandles[cluster_idx])?);
-        if let Some(c) = cluster.l1i {
-            add_cache_props(node, "i-cache-", c)?;
-        }
-        if let Some(c) = cluster.l1d {
-            add_cache_props(node, "d-cache-", c)?;
-        }
-        node.remove_child("l2-cache");
-        node.remove_property("next-level-cache");
-        if let Some(l2) = cluster.l2 {
-            let l2_ph = phandles.alloc()?;
-            let mut l2_node = cache_node("l2-cache", 2, l2, l2_ph)?;
-            if let Some(l3) = l3_phandle {
-                l2_node.add_property(prop("next-level-cache", l3)?);
-            }
-            node.add_child(l2_node);
-            node.add_property(prop("next-level-cache", l2_ph)?);
-        }
+        let cluster = &board.clusters()[cluster_idx];
+        cpu_phandles.push(describe_cpu(node, cluster, clk_phandles[cluster_idx], l3_phandle, &mut phandles)?);
     }
-
     if let (Some(l3), Some(ph)) = (board.l3(), l3_phandle) {
         cpus.remove_child("l3-cache");
         cpus.add_child(cache_node("l3-cache", 3, l3, ph)?);
     }
-
-    // cpu-map: Linux's parse_socket/parse_cluster give cluster_id = clusterN index.
     cpus.remove_child("cpu-map");
+    cpus.add_child(cpu_map(board, &cpu_phandles)?);
+    Ok(tree.to_dtb())
+}
+
+/// Root fixed clocks, one per board cluster; returns their phandles.
+fn add_cluster_clocks(root: &mut DeviceTreeNode, board: &Board, phandles: &mut Phandles) -> Result<Vec<u32>> {
+    let mut clk_phandles = Vec::new();
+    for (i, c) in board.clusters().iter().enumerate() {
+        let name = format!("clk-cluster{i}");
+        ensure!(root.child(&name).is_none(), "QEMU DTB already has a /{name} node");
+        let ph = phandles.alloc()?;
+        clk_phandles.push(ph);
+        root.add_child(
+            DeviceTreeNode::builder(name)?
+                .property(prop("compatible", "fixed-clock")?)
+                .property(prop("#clock-cells", 0u32)?)
+                .property(prop("clock-frequency", c.clock_hz())?)
+                .property(prop("clock-output-names", format!("cpu-clk-{}", c.name))?)
+                .property(prop("phandle", ph)?)
+                .build(),
+        );
+    }
+    Ok(clk_phandles)
+}
+
+/// One cpu node: capacity, clock, L1 properties and its own L2 node; returns its phandle.
+fn describe_cpu(
+    node: &mut DeviceTreeNode,
+    cluster: &crate::schema::Cluster,
+    clock: u32,
+    l3_phandle: Option<u32>,
+    phandles: &mut Phandles,
+) -> Result<u32> {
+    let existing =
+        ["phandle", "linux,phandle"].iter().find_map(|p| (*node).property(p).and_then(|v| v.value_as::<u32>().ok()));
+    let ph = match existing {
+        Some(p) => p,
+        None => {
+            let p = phandles.alloc()?;
+            node.add_property(prop("phandle", p)?);
+            p
+        }
+    };
+    node.add_property(prop("capacity-dmips-mhz", cluster.capacity_dmips_mhz)?);
+    node.add_property(prop("clocks", clock)?);
+    if let Some(c) = cluster.l1i {
+        add_cache_props(node, "i-cache-", c)?;
+    }
+    if let Some(c) = cluster.l1d {
+        add_cache_props(node, "d-cache-", c)?;
+    }
+    node.remove_child("l2-cache");
+    node.remove_property("next-level-cache");
+    if let Some(l2) = cluster.l2 {
+        let l2_ph = phandles.alloc()?;
+        let mut l2_node = cache_node("l2-cache", 2, l2, l2_ph)?;
+        if let Some(l3) = l3_phandle {
+            l2_node.add_property(prop("next-level-cache", l3)?);
+        }
+        node.add_child(l2_node);
+        node.add_property(prop("next-level-cache", l2_ph)?);
+    }
+    Ok(ph)
+}
+
+/// cpu-map: Linux's parse_socket/parse_cluster give cluster_id = clusterN index.
+fn cpu_map(board: &Board, cpu_phandles: &[u32]) -> Result<DeviceTreeNode> {
     let mut map = DeviceTreeNode::new("cpu-map")?;
     let mut clusters = Vec::new();
     for (n, members) in cpu_map_clusters(board).iter().enumerate() {
@@ -204,9 +171,7 @@ pub fn generate_dtb(board: &Board, qemu_dtb: &[u8]) -> Result<Vec<u8>> {
     } else {
         clusters.into_iter().for_each(|c| map.add_child(c));
     }
-    cpus.add_child(map);
-
-    Ok(tree.to_dtb())
+    Ok(map)
 }
 
 fn prop<T: dtoolkit::ToPropertyValue>(name: &str, value: T) -> Result<DeviceTreeProperty> {

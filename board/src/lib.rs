@@ -4,7 +4,8 @@
 //! settings plus the CPU clusters, their capacities, clocks and caches. From it this
 //! crate
 //! - validates the file with errors that name file, field and fix ([`Board::load`]),
-//! - patches QEMU's own virt DTB so the guest sees that topology ([`generate_dtb`]),
+//! - patches QEMU's own virt DTB so the guest sees that topology ([`generate_dtb`]; the
+//!   harness runs QEMU to dump that DTB: this crate is pure, TOML in and DTB bytes out),
 //! - says what the guest must report in sysfs and diffs the guest's report against it
 //!   ([`expected_topology`], [`compare`]).
 //!
@@ -13,11 +14,13 @@
 //! is all Linux's arch_topology uses to compute `cpu_capacity`.
 
 mod dtb;
+mod expect;
+mod load;
 mod schema;
 mod timing;
 mod topology;
 
-pub use dtb::{dtb_to_dts, dump_qemu_dtb, generate_dtb, qemu_dtb_key};
+pub use dtb::{dtb_to_dts, generate_dtb, qemu_dtb_key};
 pub use schema::{parse_memory, Board, BoardError, Cache, Cluster, CpuMap, CpuMapLayout};
 pub use timing::{derived_ps_per_insn, Timing};
 pub use topology::{

@@ -11,8 +11,6 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use crate::topology;
-
 /// Largest `smp` QEMU's virt machine accepts with GICv3.
 const MAX_SMP: u32 = 512;
 
@@ -53,7 +51,7 @@ impl std::error::Error for BoardError {}
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct BoardFile {
+pub(crate) struct BoardFile {
     /// Defaults to the file stem.
     name: Option<String>,
     description: Option<String>,
@@ -117,9 +115,9 @@ struct CacheFile {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct ExpectFile {
-    cpu_capacity: Option<Vec<u32>>,
-    cluster_id: Option<Vec<i32>>,
+pub(crate) struct ExpectFile {
+    pub(crate) cpu_capacity: Option<Vec<u32>>,
+    pub(crate) cluster_id: Option<Vec<i32>>,
 }
 
 // ---------------------------------------------------------------- validated model
@@ -212,26 +210,6 @@ pub struct Board {
 }
 
 impl Board {
-    /// Loads and validates a board file; errors name the file, the field and the fix.
-    pub fn load(path: &Path) -> Result<Board, BoardError> {
-        let label = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|e| BoardError {
-            file: label.clone(),
-            location: String::new(),
-            field: String::new(),
-            problem: format!("cannot read the board file: {e}"),
-            fix: "check the path (boards live in board/*.toml)".into(),
-        })?;
-        Board::from_str_named(&text, &label)
-    }
-
-    /// Parses and validates board TOML; `file` is only used in messages and as the
-    /// default name (its stem). Meant for tests and for boards not on disk.
-    pub fn from_str_named(text: &str, file: &str) -> Result<Board, BoardError> {
-        let raw: BoardFile = parse_toml(text, file)?;
-        validate(raw, file)
-    }
-
     /// Board name (TOML `name`, default: the file stem).
     pub fn name(&self) -> &str {
         &self.name
@@ -288,7 +266,7 @@ impl Board {
 
 // ---------------------------------------------------------------- parsing
 
-fn parse_toml(text: &str, file: &str) -> Result<BoardFile, BoardError> {
+pub(crate) fn parse_toml(text: &str, file: &str) -> Result<BoardFile, BoardError> {
     let de = toml::Deserializer::new(text);
     serde_path_to_error::deserialize(de).map_err(|e| {
         let field = e.path().to_string();
@@ -354,12 +332,12 @@ pub fn parse_memory(s: &str) -> Option<u64> {
 
 // ---------------------------------------------------------------- validation
 
-struct Ctx<'a> {
-    file: &'a str,
+pub(crate) struct Ctx<'a> {
+    pub(crate) file: &'a str,
 }
 
 impl Ctx<'_> {
-    fn err(&self, field: impl Into<String>, problem: impl Into<String>, fix: &str) -> BoardError {
+    pub(crate) fn err(&self, field: impl Into<String>, problem: impl Into<String>, fix: &str) -> BoardError {
         BoardError {
             file: self.file.to_string(),
             location: String::new(),
@@ -377,10 +355,48 @@ fn is_dt_name(s: &str) -> bool {
         && s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
 }
 
-fn validate(raw: BoardFile, file: &str) -> Result<Board, BoardError> {
+/// Validates a parsed board file; also returns its `[expect]` table, which
+/// [`crate::expect`] checks against the validated board.
+pub(crate) fn validate(raw: BoardFile, file: &str) -> Result<(Board, Option<ExpectFile>), BoardError> {
     let cx = Ctx { file };
+    let name = board_name(&cx, raw.name.clone(), file)?;
+    let (memory_bytes, smp) = check_qemu(&cx, &raw.qemu)?;
+    let clusters = check_clusters(&cx, &raw.clusters, smp)?;
+    let l3 = check_cache(&cx, "l3", raw.l3)?;
+    if l3.is_some() {
+        if let Some((i, c)) = clusters.iter().enumerate().find(|(_, c)| c.l2.is_none()) {
+            return Err(cx.err(
+                format!("clusters[{i}].l2"),
+                format!("cluster {:?} has no l2 but the board has a shared l3", c.name),
+                "describe the cluster's l2 (Linux numbers DT cache levels by walking next-level-cache from L1)",
+            ));
+        }
+    }
+    let timing = match &raw.timing {
+        Some(t) => Some(crate::timing::validate(t, &clusters, smp).map_err(|(f, p, fix)| cx.err(f, p, &fix))?),
+        None => None,
+    };
+    let q = &raw.qemu;
+    let board = Board {
+        timing,
+        source: file.to_string(),
+        name,
+        description: raw.description.unwrap_or_default(),
+        qemu_machine: q.machine.clone(),
+        qemu_cpu: q.cpu.clone(),
+        memory: q.memory.clone(),
+        memory_bytes,
+        smp,
+        cpu_map: CpuMap { layout: raw.cpu_map.layout, socket: raw.cpu_map.socket },
+        clusters,
+        l3,
+    };
+    Ok((board, raw.expect))
+}
+
+fn board_name(cx: &Ctx<'_>, name: Option<String>, file: &str) -> Result<String, BoardError> {
     let stem = Path::new(file).file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
-    let name = raw.name.clone().unwrap_or(stem);
+    let name = name.unwrap_or(stem);
     if name.is_empty() || name.contains(|c: char| c.is_whitespace() || c == '/') {
         return Err(cx.err(
             "name",
@@ -388,9 +404,11 @@ fn validate(raw: BoardFile, file: &str) -> Result<Board, BoardError> {
             "use a short name without spaces or '/', e.g. \"sa8155p\"",
         ));
     }
+    Ok(name)
+}
 
-    // [qemu]
-    let q = &raw.qemu;
+/// `[qemu]`: returns the memory in bytes and the CPU count.
+fn check_qemu(cx: &Ctx<'_>, q: &QemuFile) -> Result<(u64, u32), BoardError> {
     if !(q.machine == "virt" || q.machine.starts_with("virt,")) {
         return Err(cx.err(
             "qemu.machine",
@@ -429,38 +447,23 @@ fn validate(raw: BoardFile, file: &str) -> Result<Board, BoardError> {
             &format!("use 1..={MAX_SMP} (QEMU virt with GICv3)"),
         ));
     }
-    let smp = q.smp;
+    Ok((memory_bytes, q.smp))
+}
 
-    // [[clusters]]
-    if raw.clusters.is_empty() {
+/// `[[clusters]]`: each CPU in exactly one cluster, every CPU in one.
+fn check_clusters(cx: &Ctx<'_>, raw: &[ClusterFile], smp: u32) -> Result<Vec<Cluster>, BoardError> {
+    if raw.is_empty() {
         return Err(cx.err("clusters", "no clusters", "add at least one [[clusters]] table listing the CPUs"));
     }
     let mut owner: BTreeMap<u32, usize> = BTreeMap::new();
-    let mut clusters = Vec::with_capacity(raw.clusters.len());
-    for (i, c) in raw.clusters.iter().enumerate() {
+    let mut clusters = Vec::with_capacity(raw.len());
+    for (i, c) in raw.iter().enumerate() {
         let f = |k: &str| format!("clusters[{i}].{k}");
-        if !is_dt_name(&c.name) {
-            return Err(cx.err(
-                f("name"),
-                format!("{:?} is not a valid cluster name", c.name),
-                "use lowercase letters, digits and '-', starting with a letter (max 24), e.g. \"silver\"",
-            ));
-        }
-        if let Some(j) = raw.clusters[..i].iter().position(|o| o.name == c.name) {
+        if let Some(j) = raw[..i].iter().position(|o| o.name == c.name) {
             return Err(cx.err(
                 f("name"),
                 format!("{:?} is also the name of clusters[{j}]", c.name),
                 "give each cluster a unique name",
-            ));
-        }
-        if c.core.trim().is_empty() {
-            return Err(cx.err(f("core"), "empty core name", "name the real core, e.g. \"cortex-a55\""));
-        }
-        if c.cpus.is_empty() {
-            return Err(cx.err(
-                f("cpus"),
-                format!("cluster {:?} has no CPUs", c.name),
-                "list its CPUs, e.g. cpus = [0, 1, 2, 3], or remove the cluster",
             ));
         }
         for &cpu in &c.cpus {
@@ -472,45 +475,16 @@ fn validate(raw: BoardFile, file: &str) -> Result<Board, BoardError> {
                 ));
             }
             if let Some(&j) = owner.get(&cpu) {
-                let other = &raw.clusters[j].name;
                 let problem = if j == i {
                     format!("cpu {cpu} is listed twice in cluster {:?}", c.name)
                 } else {
-                    format!("cpu {cpu} is in clusters {other:?} and {:?}", c.name)
+                    format!("cpu {cpu} is in clusters {:?} and {:?}", raw[j].name, c.name)
                 };
                 return Err(cx.err(f("cpus"), problem, "list each CPU in exactly one cluster"));
             }
             owner.insert(cpu, i);
         }
-        if c.capacity_dmips_mhz == 0 || c.capacity_dmips_mhz > 1024 {
-            return Err(cx.err(
-                f("capacity_dmips_mhz"),
-                format!("{} is out of range", c.capacity_dmips_mhz),
-                "use 1..=1024 (the biggest core is usually 1024)",
-            ));
-        }
-        let max_khz = mhz_to_khz(c.max_mhz).map_err(|problem| {
-            cx.err(
-                f("max_mhz"),
-                problem,
-                "give the max clock in MHz, > 0 and < 4294.967295 (the DT clock-frequency is a u32 in Hz), at most 3 decimals",
-            )
-        })?;
-        let cache = |key: &str, v: Option<CacheFile>| check_cache(&cx, &f(key), v);
-        clusters.push(Cluster {
-            name: c.name.clone(),
-            core: c.core.clone(),
-            cpus: {
-                let mut v = c.cpus.clone();
-                v.sort_unstable();
-                v
-            },
-            capacity_dmips_mhz: c.capacity_dmips_mhz,
-            max_khz,
-            l1i: cache("l1i", c.l1i)?,
-            l1d: cache("l1d", c.l1d)?,
-            l2: cache("l2", c.l2)?,
-        });
+        clusters.push(check_cluster(cx, i, c)?);
     }
     if let Some(missing) = (0..smp).find(|cpu| !owner.contains_key(cpu)) {
         let listed = owner.len();
@@ -520,87 +494,56 @@ fn validate(raw: BoardFile, file: &str) -> Result<Board, BoardError> {
             "list every CPU 0..qemu.smp-1 in exactly one cluster's cpus, or lower qemu.smp",
         ));
     }
-
-    let l3 = check_cache(&cx, "l3", raw.l3)?;
-    if l3.is_some() {
-        if let Some((i, c)) = clusters.iter().enumerate().find(|(_, c)| c.l2.is_none()) {
-            return Err(cx.err(
-                format!("clusters[{i}].l2"),
-                format!("cluster {:?} has no l2 but the board has a shared l3", c.name),
-                "describe the cluster's l2 (Linux numbers DT cache levels by walking next-level-cache from L1)",
-            ));
-        }
-    }
-
-    let timing = match &raw.timing {
-        Some(t) => Some(crate::timing::validate(t, &clusters, smp).map_err(|(f, p, fix)| cx.err(f, p, &fix))?),
-        None => None,
-    };
-    let board = Board {
-        timing,
-        source: file.to_string(),
-        name,
-        description: raw.description.unwrap_or_default(),
-        qemu_machine: q.machine.clone(),
-        qemu_cpu: q.cpu.clone(),
-        memory: q.memory.clone(),
-        memory_bytes,
-        smp,
-        cpu_map: CpuMap { layout: raw.cpu_map.layout, socket: raw.cpu_map.socket },
-        clusters,
-        l3,
-    };
-
-    // [expect] must agree with what the data implies.
-    if let Some(exp) = raw.expect {
-        let computed = topology::expected_topology(&board);
-        if let Some(caps) = exp.cpu_capacity {
-            check_stated(
-                &cx,
-                "expect.cpu_capacity",
-                &caps,
-                &computed.iter().map(|e| e.capacity).collect::<Vec<_>>(),
-                smp,
-                "capacity_dmips_mhz * max clock, normalised to 1024 as drivers/base/arch_topology.c does",
-            )?;
-        }
-        if let Some(ids) = exp.cluster_id {
-            check_stated(
-                &cx,
-                "expect.cluster_id",
-                &ids,
-                &computed.iter().map(|e| e.cluster_id).collect::<Vec<_>>(),
-                smp,
-                "the cpu-map cluster index (cpu_map.layout = \"single\" puts every CPU in cluster 0)",
-            )?;
-        }
-    }
-    Ok(board)
+    Ok(clusters)
 }
 
-fn check_stated<T: PartialEq + fmt::Debug>(
-    cx: &Ctx<'_>,
-    field: &str,
-    stated: &[T],
-    computed: &[T],
-    smp: u32,
-    how: &str,
-) -> Result<(), BoardError> {
-    if stated.len() != computed.len() {
+/// One cluster's own fields.
+fn check_cluster(cx: &Ctx<'_>, i: usize, c: &ClusterFile) -> Result<Cluster, BoardError> {
+    let f = |k: &str| format!("clusters[{i}].{k}");
+    if !is_dt_name(&c.name) {
         return Err(cx.err(
-            field,
-            format!("{} values for qemu.smp = {smp} CPUs", stated.len()),
-            &format!("give one value per CPU: {computed:?}"),
+            f("name"),
+            format!("{:?} is not a valid cluster name", c.name),
+            "use lowercase letters, digits and '-', starting with a letter (max 24), e.g. \"silver\"",
         ));
     }
-    if let Some(cpu) = (0..stated.len()).find(|&i| stated[i] != computed[i]) {
+    if c.core.trim().is_empty() {
+        return Err(cx.err(f("core"), "empty core name", "name the real core, e.g. \"cortex-a55\""));
+    }
+    if c.cpus.is_empty() {
         return Err(cx.err(
-            format!("{field}[{cpu}]"),
-            format!("states {:?} for cpu {cpu} but the board data gives {:?} ({how})", stated[cpu], computed[cpu]),
-            &format!("fix the cluster data or set {field} = {computed:?}"),
+            f("cpus"),
+            format!("cluster {:?} has no CPUs", c.name),
+            "list its CPUs, e.g. cpus = [0, 1, 2, 3], or remove the cluster",
         ));
     }
-    Ok(())
+    if c.capacity_dmips_mhz == 0 || c.capacity_dmips_mhz > 1024 {
+        return Err(cx.err(
+            f("capacity_dmips_mhz"),
+            format!("{} is out of range", c.capacity_dmips_mhz),
+            "use 1..=1024 (the biggest core is usually 1024)",
+        ));
+    }
+    let max_khz = mhz_to_khz(c.max_mhz).map_err(|problem| {
+        cx.err(
+            f("max_mhz"),
+            problem,
+            "give the max clock in MHz, > 0 and < 4294.967295 (the DT clock-frequency is a u32 in Hz), at most 3 decimals",
+        )
+    })?;
+    let cache = |key: &str, v: Option<CacheFile>| check_cache(cx, &f(key), v);
+    let mut cpus = c.cpus.clone();
+    cpus.sort_unstable();
+    Ok(Cluster {
+        name: c.name.clone(),
+        core: c.core.clone(),
+        cpus,
+        capacity_dmips_mhz: c.capacity_dmips_mhz,
+        max_khz,
+        l1i: cache("l1i", c.l1i)?,
+        l1d: cache("l1d", c.l1d)?,
+        l2: cache("l2", c.l2)?,
+    })
 }
 
 fn mhz_to_khz(mhz: f64) -> Result<u32, String> {

@@ -370,6 +370,15 @@ fn sa8155p_dtb() {
     assert_eq!(u32_prop(&l3, "cache-level"), 3);
     assert_eq!(u32_prop(&l3, "cache-size"), 2 << 20);
     assert_eq!(u32_prop(&l3, "cache-sets"), 2048);
+}
+
+#[test]
+fn sa8155p_dtb_cpu_map_and_the_rest_untouched() {
+    let out = generate_dtb(&sa8155p(), FIXTURE).unwrap();
+    let fdt = Fdt::new(&out).unwrap();
+    let orig = Fdt::new(FIXTURE).unwrap();
+    let phandles = phandle_map(&fdt);
+    let by_phandle = |ph: u32| fdt.find_node(&phandles[&ph]).unwrap();
 
     // cpu-map: socket0 with clusters of 4/3/1, cores pointing at the right cpus.
     let socket = fdt.find_node("/cpus/cpu-map/socket0").unwrap();
@@ -484,53 +493,4 @@ fn dtb_smp_mismatch_is_an_error() {
     let e = generate_dtb(&b, FIXTURE).unwrap_err().to_string();
     assert!(e.contains("8 cpu nodes but board board/four.toml has smp 4"), "{e}");
     assert!(generate_dtb(&b, b"not a dtb").is_err());
-}
-
-// ------------------------------------------------------------------ real QEMU (skipped if absent)
-
-const QEMU: &str = "/usr/bin/qemu-system-aarch64";
-
-/// QEMU's current dump equals the committed fixture except /chosen's random seeds.
-#[test]
-fn dump_matches_fixture_when_qemu_present() {
-    if !Path::new(QEMU).exists() {
-        eprintln!("skipped: no {QEMU}");
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("a,b.dtb"); // a comma exercises QEMU's ',,' escaping
-    dump_qemu_dtb(Path::new(QEMU), &sa8155p(), &out).unwrap();
-    let dumped = std::fs::read(&out).unwrap();
-    let mut a = DeviceTree::from_fdt(&Fdt::new(&dumped).unwrap());
-    let mut b = DeviceTree::from_fdt(&Fdt::new(FIXTURE).unwrap());
-    for t in [&mut a, &mut b] {
-        let chosen = t.root.child_mut("chosen").unwrap();
-        chosen.remove_property("rng-seed");
-        chosen.remove_property("kaslr-seed");
-    }
-    assert_eq!(a, b, "QEMU's virt DTB changed: re-record the fixture");
-}
-
-/// QEMU accepts the generated DTB: with a missing kernel, the kernel is all it complains about.
-#[test]
-fn qemu_accepts_generated_dtb() {
-    if !Path::new(QEMU).exists() {
-        eprintln!("skipped: no {QEMU}");
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let dtb = dir.path().join("sa8155p.dtb");
-    std::fs::write(&dtb, generate_dtb(&sa8155p(), FIXTURE).unwrap()).unwrap();
-    let out = std::process::Command::new(QEMU)
-        .args(["-M", "virt,gic-version=3", "-cpu", "cortex-a76", "-smp", "8", "-m", "2G"])
-        .args(["-nographic", "-nic", "none", "-dtb"])
-        .arg(&dtb)
-        .args(["-kernel", "/nonexistent/Image"])
-        .stdin(std::process::Stdio::null())
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
-    assert!(err.contains("/nonexistent/Image"), "{err}");
-    assert!(!err.to_lowercase().contains("dtb"), "{err}");
 }

@@ -1,26 +1,24 @@
-//! binder-lab host library: setup, kernel builds, the QEMU harness. The `lab` binary is its
-//! CLI, and the end-to-end tests in tests/ drive it directly.
+//! binder-lab host library: setup, kernel builds, the QEMU harness, reports and
+//! measurements. The `lab` binary is its CLI, and the end-to-end tests in tests/ drive it
+//! directly.
+//!
+//! One folder per pipeline stage; a module imports only its own stage and the stages below
+//! it (`tidy::stage_imports_point_down` enforces this):
+//!
+//! ```text
+//! cli → measure → report → harness → kbuild → provision → support
+//! ```
+//!
+//! `measure` and `report` sit side by side in the README's picture (both read a run's
+//! outcome); measure also uses report to run a plan with its reports, never the reverse.
 
-pub mod apt;
-pub mod bench;
-pub mod console;
-pub mod driver_check;
-pub mod html;
-pub mod kcidb;
-pub mod kconfig;
-pub mod kernel;
-pub mod kunit;
-pub mod lock;
-pub mod nightly;
-pub mod paths;
-pub mod plots;
-pub mod qemu;
-pub mod qemubuild;
+pub mod cli;
+pub mod harness;
+pub mod kbuild;
+pub mod measure;
+pub mod provision;
 pub mod report;
-pub mod reproduce;
-pub mod run;
-pub mod setup;
-pub mod stats;
-pub mod testall;
-pub mod tree;
-pub mod util;
+pub mod support;
+
+#[cfg(test)]
+mod tidy;

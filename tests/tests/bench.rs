@@ -1,8 +1,8 @@
 //! The quick benchmark profile: checks the report's shape (every row and column, finite
 //! numbers, plots written). Figures themselves belong to `cargo make bench`, not to tests.
 
-use lab::bench::{self, Profile};
-use lab::run::RunOpts;
+use lab::harness::opts::RunOpts;
+use lab::measure::bench::{self, Profile};
 
 #[test]
 fn quick_profile_report_has_every_row_and_column() {

@@ -1,7 +1,9 @@
 //! Boots the real kernel in QEMU: every board's topology, panics, hangs, overlays, Ctrl-C.
 //! Needs `cargo make setup` (cargo make test runs it first).
 
-use lab::run::{self, RunOpts, Verdict};
+use lab::harness::opts::{load_board, RunOpts};
+use lab::harness::outcome::{Outcome, Verdict};
+use lab::report::{self as run, summary::summary};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -9,8 +11,8 @@ fn opts(board: &str, plan: &str) -> RunOpts {
     RunOpts { board: board.into(), plan: plan.into(), ..Default::default() }
 }
 
-fn assert_ok(o: &run::Outcome) {
-    assert!(o.ok(), "run failed:\n{}", run::summary(o));
+fn assert_ok(o: &Outcome) {
+    assert!(o.ok(), "run failed:\n{}", summary(o));
 }
 
 #[test]
@@ -21,7 +23,7 @@ fn each_board_boots_with_its_topology() {
         // check_topology compared every CPU with the board file; make sure it had data.
         let cpus = o.data("topology").and_then(|d| d["cpus"].as_array()).expect("topology report");
         assert_eq!(cpus.len(), 8, "{board}");
-        let expect = board::expected_topology(&run::load_board(board).unwrap());
+        let expect = board::expected_topology(&load_board(board).unwrap());
         for (c, e) in cpus.iter().zip(&expect) {
             assert_eq!(c["capacity"].as_u64(), Some(e.capacity as u64), "{board} cpu{}", e.cpu);
         }
@@ -55,6 +57,21 @@ fn kernel_panic_is_reported_with_its_text() {
     assert!(latency <= 5.0, "panic reported {latency:.1} s after it was seen");
 }
 
+/// `lab`'s exit codes tell a kernel fault and a harness error from a failed test (README,
+/// "Exit codes").
+#[test]
+fn exit_codes_name_the_failure() {
+    let status = |args: &[&str]| {
+        let out = std::process::Command::new(lab_tests::lab_bin()).args(args).output().unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (code, err) = status(&["run", "--plan", "panic"]);
+    assert_eq!(code, Some(201), "kernel panic: {err}");
+    let (code, err) = status(&["run", "--board", "no-such-board"]);
+    assert_eq!(code, Some(203), "harness error: {err}");
+    assert!(err.contains("no board \"no-such-board\""), "{err}");
+}
+
 #[test]
 fn hanging_step_is_a_timeout_with_console_tail() {
     let o = run::run(&opts("sa8155p", "hang")).unwrap();
@@ -68,7 +85,7 @@ fn hanging_step_is_a_timeout_with_console_tail() {
 #[test]
 fn malformed_board_gives_the_documented_error() {
     let d = tempfile::tempdir().unwrap();
-    let good = std::fs::read_to_string(lab::paths::board_dir().join("sa8155p.toml")).unwrap();
+    let good = std::fs::read_to_string(lab::support::paths::board_dir().join("sa8155p.toml")).unwrap();
     // Put cpu 3 into the gold cluster as well.
     let bad = good.replacen("cpus = [4, 5, 6]", "cpus = [3, 4, 5, 6]", 1);
     assert_ne!(good, bad, "fixture edit did not apply");

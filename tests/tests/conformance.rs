@@ -2,8 +2,9 @@
 //! and the debug kernel (lockdep, KASAN, Rust debug assertions), where any splat fails
 //! the run. Needs `cargo make setup` (cargo make test runs it first).
 
-use lab::report;
-use lab::run::{self, Outcome, RunOpts};
+use lab::harness::opts::RunOpts;
+use lab::harness::outcome::Outcome;
+use lab::report::{self, summary::summary};
 use labproto::Status;
 
 /// Every case of `binder-conformance --list`, in order.
@@ -33,12 +34,12 @@ const FUZZ_CASES: &[&str] = &["fuzz", "kernel_log", "leaks"];
 fn boot(plan: &str, flavor: &str) -> Outcome {
     let opts =
         RunOpts { plan: plan.into(), flavor: flavor.into(), name: format!("{plan}-{flavor}"), ..Default::default() };
-    run::run(&opts).unwrap()
+    report::run(&opts).unwrap()
 }
 
 /// The run passed, every expected case passed, and the reports are in the run directory.
 fn assert_all_pass(o: &Outcome, step: &str, cases: &[&str]) {
-    assert!(o.ok(), "run failed:\n{}{}", report::case_table(o), run::summary(o));
+    assert!(o.ok(), "run failed:\n{}{}", report::case_table(o), summary(o));
     let got: Vec<(&str, Status)> = o.results().filter(|r| r.0 == step).map(|r| (r.1, r.2)).collect();
     let names: Vec<&str> = got.iter().map(|g| g.0).collect();
     assert_eq!(names, cases, "cases of step {step}");
@@ -47,7 +48,9 @@ fn assert_all_pass(o: &Outcome, step: &str, cases: &[&str]) {
     for c in cases {
         assert!(junit.contains(&format!("name=\"{step}/{c}\"")), "{c} missing from junit.xml");
     }
-    assert!(junit.contains(&format!("tests=\"{}\" failures=\"0\"", cases.len())), "{junit}");
+    let head = junit.lines().nth(1).unwrap_or_default();
+    assert!(head.contains(&format!("tests=\"{}\"", cases.len())) && head.contains("failures=\"0\""), "{junit}");
+    assert!(junit.contains("<property name=\"flavor\""), "run properties in junit.xml: {junit}");
     let tap = std::fs::read_to_string(o.dir.join("results.tap")).expect("results.tap in the run directory");
     assert!(tap.starts_with(&format!("TAP version 13\n1..{}\n", cases.len())), "{tap}");
     assert!(!tap.contains("not ok"));

@@ -1,30 +1,47 @@
 //! CTABS in the guest: pick counters per mode with pinned clients and servers, and mode
 //! switches under load, on the perf and the debug kernel (which must show no splat).
 
-use lab::run::{self, RunOpts};
+use lab::harness::opts::{load_plan, RunOpts};
+use lab::harness::outcome::Outcome;
+use lab::report::{self as run, summary::summary};
+use labproto::Step;
 
-fn ctabs_run(flavor: &str) -> run::Outcome {
+fn ctabs_run(flavor: &str) -> Outcome {
     let o = RunOpts { plan: "ctabs".into(), flavor: flavor.into(), ..Default::default() };
     let out = run::run(&o).unwrap();
-    assert!(out.ok(), "ctabs plan failed on {flavor}:\n{}", run::summary(&out));
+    assert!(out.ok(), "ctabs plan failed on {flavor}:\n{}", summary(&out));
     out
 }
 
-fn share(o: &run::Outcome, mode: u32) -> f64 {
+fn share(o: &Outcome, mode: u32) -> f64 {
     o.data(&format!("affinity_mode{mode}")).and_then(|d| d["local_share"].as_f64()).expect("local share")
 }
 
 #[test]
 fn scoring_keeps_picks_local() {
     let o = ctabs_run("perf");
+    // ctabs-check reads the mode back from debugfs: each share was measured in its mode.
+    for mode in 0..=2u32 {
+        let read = o.data(&format!("affinity_mode{mode}")).and_then(|d| d["mode_read"].as_u64());
+        assert_eq!(read, Some(u64::from(mode)), "the driver's ctabs file during mode {mode}");
+    }
     assert!(share(&o, 1) >= 0.95 && share(&o, 2) >= 0.95, "modes 1/2: {} {}", share(&o, 1), share(&o, 2));
     // Mode 0's share depends on the order threads happen to wait in: reported, not judged
     // (it ranged from 40% to 99% between runs). KUnit tests the same-CPU preference.
     assert!(o.data("affinity_mode1").unwrap()["same_cpu_share"].as_f64().is_some());
-    // The nudge is counted either way: applied or skipped for a busy caller CPU.
+    // Mode 2 decides on the nudge once per synchronous pick on the caller's CPU or cluster
+    // (all of ctabs-check's calls are synchronous): applied, or skipped for a busy CPU.
+    // Whether it is ever applied is reported, not judged: the caller still runs on its CPU
+    // when it wakes the server (patch 0003 measured 0 of 2999).
     let c = &o.data("affinity_mode2").unwrap()["counters"];
-    let nudges = c["nudge_applied"].as_u64().unwrap() + c["nudge_skipped_busy"].as_u64().unwrap();
-    assert!(nudges > 0, "mode 2 counted no nudge decision: {c}");
+    let n = |k: &str| c[k].as_u64().unwrap_or(0);
+    assert!(n("same_cpu") + n("same_cluster") > 0, "mode 2 made no local pick: {c}");
+    assert_eq!(
+        n("nudge_applied") + n("nudge_skipped_busy"),
+        n("same_cpu") + n("same_cluster"),
+        "mode 2: one nudge decision per local pick: {c}"
+    );
+    eprintln!("mode 2 nudges: {} applied, {} skipped (caller CPU busy)", n("nudge_applied"), n("nudge_skipped_busy"));
 }
 
 #[test]
@@ -34,18 +51,31 @@ fn mode_switches_under_load_are_clean_on_the_debug_kernel() {
     assert!(o.data("toggle_under_load").unwrap()["calls"].as_u64().unwrap() > 0);
 }
 
+/// A step that reports the driver's CTABS mode, as read from debugfs, as a result.
+fn mode_step() -> Step {
+    let script = format!(
+        r#"printf '{{"type":"result","case":"ctabs_mode","status":"pass","data":{{"mode":%s}}}}\n' "$(cat {})""#,
+        labproto::CTABS_MODE_FILE
+    );
+    Step {
+        name: "ctabs-mode".into(),
+        argv: vec!["/bin/sh".into(), "-c".into(), script],
+        timeout_s: 10,
+        env: Default::default(),
+    }
+}
+
 #[test]
 fn conformance_passes_in_ctabs_modes_1_and_2() {
     // Mode 0 is the default, covered by tests/conformance.rs.
     for mode in [1, 2] {
-        let o = RunOpts {
-            plan: "conformance".into(),
-            append: vec![format!("rust_binder.ctabs={mode}")],
-            ..Default::default()
-        };
-        let out = run::run(&o).unwrap();
-        assert!(out.ok(), "conformance failed in CTABS mode {mode}:\n{}", run::summary(&out));
-        let console = std::fs::read_to_string(out.dir.join("manifest.json")).unwrap();
-        assert!(console.contains(&format!("rust_binder.ctabs={mode}")));
+        let o = RunOpts { append: vec![format!("rust_binder.ctabs={mode}")], ..Default::default() };
+        let mut plan = load_plan("conformance").unwrap();
+        // After the suite: nothing in it changes the mode, so this is the mode it ran in.
+        plan.steps.push(mode_step());
+        let out = run::run_plan(&plan, &o).unwrap();
+        assert!(out.ok(), "conformance failed in CTABS mode {mode}:\n{}", summary(&out));
+        let read = out.data("ctabs_mode").and_then(|d| d["mode"].as_u64());
+        assert_eq!(read, Some(mode), "rust_binder.ctabs={mode} on the command line; the driver's ctabs file");
     }
 }

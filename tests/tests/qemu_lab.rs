@@ -3,9 +3,11 @@
 //! icount (`--tcg hicount`, qemu/0003) runs each cluster at its own speed, overlaps the vCPUs
 //! in guest time and repeats bit for bit.
 
-use lab::qemu::Tcg;
-use lab::qemubuild::{self, Choice};
-use lab::run::{self, RunOpts};
+use lab::harness::opts::RunOpts;
+use lab::harness::outcome::Outcome;
+use lab::harness::qemu::Tcg;
+use lab::kbuild::qemu::{self as qemubuild, Choice};
+use lab::report::{self as run, summary::summary};
 
 /// Plugin counts of one run, per vCPU, by key (inline/callback, loop_inline/loop_callback).
 fn counts(dir: &std::path::Path, key: &str) -> Vec<u64> {
@@ -14,7 +16,7 @@ fn counts(dir: &std::path::Path, key: &str) -> Vec<u64> {
     v[key].as_array().unwrap_or_else(|| panic!("no {key} in {text}")).iter().map(|x| x.as_u64().unwrap()).collect()
 }
 
-fn run_loops(qemu: Choice) -> run::Outcome {
+fn run_loops(qemu: Choice) -> Outcome {
     let so = qemubuild::build_plugin("lab-plugin-insns").unwrap();
     let opts = RunOpts {
         plan: "cpu-loops".into(),
@@ -31,7 +33,7 @@ fn run_loops(qemu: Choice) -> run::Outcome {
 #[test]
 fn plugin_counts_match_loops_pinned_to_each_cpu() {
     let o = run_loops(Choice::Lab);
-    assert!(o.ok(), "{}", run::summary(&o));
+    assert!(o.ok(), "{}", summary(&o));
     // The plan's loops: 25M, 50M and 100M iterations of 2 instructions on cpus 2, 4 and 7.
     let want = [0, 0, 50_000_000, 0, 100_000_000, 0, 0, 200_000_000];
     assert_eq!(counts(&o.dir, "loop_inline"), want, "inline scoreboard counts of the spin loop per vCPU");
@@ -50,20 +52,20 @@ fn hicount(plan: &str) -> RunOpts {
 }
 
 /// Guest ns of result `case` of step `step`.
-fn loop_ns(o: &run::Outcome, step: &str, case: &str) -> f64 {
+fn loop_ns(o: &Outcome, step: &str, case: &str) -> f64 {
     o.events
         .iter()
         .find_map(|e| match e {
             labproto::Event::Result { step: s, case: c, data, .. } if s == step && c == case => data["ns"].as_f64(),
             _ => None,
         })
-        .unwrap_or_else(|| panic!("no {step}/{case} result:\n{}", run::summary(o)))
+        .unwrap_or_else(|| panic!("no {step}/{case} result:\n{}", summary(o)))
 }
 
 #[test]
 fn hicount_clusters_run_at_their_speed_and_loops_overlap() {
     let o = run::run(&hicount("cpu-timing")).unwrap();
-    assert!(o.ok(), "{}", run::summary(&o));
+    assert!(o.ok(), "{}", summary(&o));
     let (silver, gold, prime) =
         (loop_ns(&o, "sequential", "cpu0"), loop_ns(&o, "sequential", "cpu4"), loop_ns(&o, "sequential", "cpu7"));
     // The figures (1024/306, 1024/871), within 2%.
@@ -90,10 +92,10 @@ fn hicount_clusters_run_at_their_speed_and_loops_overlap() {
 
 #[test]
 fn hicount_runs_are_bit_identical() {
-    let runs: Vec<run::Outcome> = (0..5).map(|_| run::run(&hicount("bench-quick")).unwrap()).collect();
-    let read = |o: &run::Outcome, f: &str| std::fs::read(o.dir.join(f)).unwrap();
+    let runs: Vec<Outcome> = (0..5).map(|_| run::run(&hicount("bench-quick")).unwrap()).collect();
+    let read = |o: &Outcome, f: &str| std::fs::read(o.dir.join(f)).unwrap();
     for o in &runs {
-        assert!(o.ok(), "{}", run::summary(o));
+        assert!(o.ok(), "{}", summary(o));
     }
     for o in &runs[1..] {
         for f in ["results.jsonl", "console.log"] {

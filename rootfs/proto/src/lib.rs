@@ -15,6 +15,20 @@ use std::collections::BTreeMap;
 pub const PLAN_PATH: &str = "/etc/lab/plan.json";
 /// Name of the virtio-serial port that carries results (`/sys/class/virtio-ports/*/name`).
 pub const RESULT_PORT: &str = "lab.results";
+/// Console prefix of result lines when the guest has no result port (the init's fallback;
+/// the only channel under `--tcg icount`). The harness collects them into results.jsonl.
+pub const CONSOLE_RESULT_PREFIX: &str = "LABRESULT ";
+/// The Rust binder's CTABS mode switch (rust-driver patch 0002) and its pick counters.
+pub const CTABS_MODE_FILE: &str = "/sys/kernel/debug/rust_binder/ctabs";
+pub const CTABS_STATS_FILE: &str = "/sys/kernel/debug/rust_binder/ctabs_stats";
+/// The Rust binder's switch for deferring BR_TRANSACTION_COMPLETE (rust-driver patch 0005).
+pub const DEFER_TC_FILE: &str = "/sys/kernel/debug/rust_binder/defer_tc";
+
+/// The prefix the init puts before each console line a step prints (`[step] `).
+pub fn step_console_prefix(step: &str) -> String {
+    format!("[{step}] ")
+}
+
 /// Kernel command-line key that overrides the plan path (`lab.plan=/path`).
 pub const CMDLINE_PLAN_KEY: &str = "lab.plan";
 

@@ -3,8 +3,7 @@
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 
-pub const MODE_FILE: &str = "/sys/kernel/debug/rust_binder/ctabs";
-pub const STATS_FILE: &str = "/sys/kernel/debug/rust_binder/ctabs_stats";
+pub use labproto::{CTABS_MODE_FILE as MODE_FILE, CTABS_STATS_FILE as STATS_FILE};
 
 type Stats = BTreeMap<String, BTreeMap<String, u64>>;
 

@@ -2,7 +2,7 @@
 //! rust-driver patch 0005: "1" keeps a synchronous call's completion until the reply (the
 //! default), "0" returns it at once.
 
-pub const FILE: &str = "/sys/kernel/debug/rust_binder/defer_tc";
+pub use labproto::DEFER_TC_FILE as FILE;
 
 /// Why `--defer-tc` cannot work on a kernel without the switch.
 pub const MISSING: &str =

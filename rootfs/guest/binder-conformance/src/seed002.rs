@@ -27,7 +27,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-pub const DEFER_TC_SWITCH: &str = "/sys/kernel/debug/rust_binder/defer_tc";
+pub use labproto::DEFER_TC_FILE as DEFER_TC_SWITCH;
 const CODE_SYNC: u32 = 1;
 const CODE_ONEWAY: u32 = 2;
 /// Synchronous, carrying a binder object of the client; the server keeps the buffer (and

@@ -222,105 +222,119 @@ fn counters(a: &[std::sync::atomic::AtomicU64], names: &[&str]) -> Value {
     Value::Object(m)
 }
 
-fn main() {
-    let cfg = config();
-    let debug = binder::testkit::is_debug_kernel();
-    let scale = if debug { 4.0 } else { 1.0 };
-    eprintln!(
-        "binder-fuzz: seed {:#x}, {} ops or {} s, {} processes x {} threads on {} (replay: cargo make fuzz \
-         --append binder_fuzz.seed={:#x})",
-        cfg.seed, cfg.ops, cfg.seconds, cfg.procs, cfg.threads, cfg.device, cfg.seed
-    );
-    let shm = Shm::map();
-    let before = Stats::read().unwrap_or_default();
-    let baseline: Vec<i32> = before.procs.iter().map(|p| p.pid).collect();
-    let mem_before = meminfo();
-    kmsg::mark(&format!("binder-fuzz: start, seed {:#x}", cfg.seed));
-    let mut kmsg = Kmsg::open_at_end().ok();
-    // Drained all along: the ring buffer holds only the last few thousand records.
-    let mut log = LogWatch::default();
-    let mut chaos = Rng::derive(cfg.seed, 0xc4a05);
+/// The parent's bookkeeping while workers run: who is alive, what ended how, and when to
+/// stop.
+struct Supervisor<'a> {
+    cfg: &'a Config,
+    shm: &'static Shm,
+    t0: Instant,
+    live: Vec<Live>,
+    generations: Vec<u64>,
+    crashes: Vec<String>,
+    hangs: Vec<String>,
+    exits: BTreeMap<i32, u64>,
+    spawned: u64,
+    chaos_kills: u64,
+    chaos: Rng,
+    next_chaos: Option<Instant>,
+    stopped_at: Option<Instant>,
+    stopped_by: &'static str,
+}
 
-    let t0 = Instant::now();
-    let mut live: Vec<Live> = vec![];
-    let mut generations = vec![0u64; cfg.procs];
-    for slot in 0..cfg.procs {
-        live.extend(spawn(&cfg, shm, slot, 0));
+impl<'a> Supervisor<'a> {
+    fn start(cfg: &'a Config, shm: &'static Shm) -> Supervisor<'a> {
+        let t0 = Instant::now();
+        let live = (0..cfg.procs).filter_map(|slot| spawn(cfg, shm, slot, 0)).collect();
+        Supervisor {
+            cfg,
+            shm,
+            t0,
+            live,
+            generations: vec![0; cfg.procs],
+            crashes: vec![],
+            hangs: vec![],
+            exits: BTreeMap::new(),
+            spawned: cfg.procs as u64,
+            chaos_kills: 0,
+            chaos: Rng::derive(cfg.seed, 0xc4a05),
+            next_chaos: (cfg.chaos_s > 0.0).then(|| t0 + Duration::from_secs_f64(cfg.chaos_s)),
+            stopped_at: None,
+            stopped_by: "",
+        }
     }
-    let mut crashes: Vec<String> = vec![];
-    let mut hangs: Vec<String> = vec![];
-    let mut exits: BTreeMap<i32, u64> = BTreeMap::new();
-    let (mut spawned, mut chaos_kills) = (cfg.procs as u64, 0u64);
-    let mut next_chaos = if cfg.chaos_s > 0.0 { Some(t0 + Duration::from_secs_f64(cfg.chaos_s)) } else { None };
-    let mut stopped_at: Option<Instant> = None;
-    let mut stopped_by = "";
-    let mut last_progress = Instant::now();
-    let grace = Duration::from_secs_f64(30.0 * scale);
-    loop {
-        // Reap.
+
+    /// Reaps ended workers, records how they ended and refills their slots (until the stop).
+    fn reap(&mut self) {
         loop {
             let mut st = 0;
             // SAFETY: st is a valid out-pointer.
             let pid = unsafe { libc::waitpid(-1, &mut st, libc::WNOHANG) };
             if pid <= 0 {
-                break;
+                return;
             }
             let code = binder::testkit::child::decode_status(st);
-            *exits.entry(code).or_default() += 1;
-            let Some(i) = live.iter().position(|l| l.pid == pid) else { continue };
-            let l = live.swap_remove(i);
-            shm.slots[l.slot].pid.store(0, Ordering::Relaxed);
+            *self.exits.entry(code).or_default() += 1;
+            let Some(i) = self.live.iter().position(|l| l.pid == pid) else { continue };
+            let l = self.live.swap_remove(i);
+            self.shm.slots[l.slot].pid.store(0, Ordering::Relaxed);
             // 0: end of life or a deliberate _exit; 137: SIGKILL (chaos or hang).
             if code != 0 && code != 128 + libc::SIGKILL {
-                crashes.push(format!(
+                self.crashes.push(format!(
                     "worker slot {} generation {} (pid {pid}) ended with status {code}; replay its sequence with \
                      seed {:#x}",
-                    l.slot, l.generation, cfg.seed
+                    l.slot, l.generation, self.cfg.seed
                 ));
             }
-            if stopped_at.is_none() {
-                generations[l.slot] += 1;
-                if let Some(n) = spawn(&cfg, shm, l.slot, generations[l.slot]) {
-                    live.push(n);
-                    spawned += 1;
+            if self.stopped_at.is_none() {
+                self.generations[l.slot] += 1;
+                if let Some(n) = spawn(self.cfg, self.shm, l.slot, self.generations[l.slot]) {
+                    self.live.push(n);
+                    self.spawned += 1;
                 }
             }
         }
-        let now = Instant::now();
-        let total = shm.total_ops.load(Ordering::Relaxed);
-        if stopped_at.is_none() && (total >= cfg.ops || t0.elapsed().as_secs_f64() >= cfg.seconds) {
-            stopped_by = if total >= cfg.ops { "ops" } else { "time" };
-            shm.stop.store(1, Ordering::SeqCst);
-            stopped_at = Some(now);
+    }
+
+    /// Stops the workers once the op or time budget is spent. True when all are gone, or
+    /// (after SIGKILLing the stragglers as hangs) `grace` after the stop.
+    fn stop_when_due(&mut self, now: Instant, grace: Duration) -> bool {
+        let total = self.shm.total_ops.load(Ordering::Relaxed);
+        if self.stopped_at.is_none() && (total >= self.cfg.ops || self.t0.elapsed().as_secs_f64() >= self.cfg.seconds) {
+            self.stopped_by = if total >= self.cfg.ops { "ops" } else { "time" };
+            self.shm.stop.store(1, Ordering::SeqCst);
+            self.stopped_at = Some(now);
         }
-        if stopped_at.is_some() && live.is_empty() {
-            break;
+        let Some(s) = self.stopped_at else { return false };
+        if self.live.is_empty() {
+            return true;
         }
-        if let Some(s) = stopped_at {
-            if now.duration_since(s) > grace {
-                for l in &live {
-                    hangs.push(format!(
-                        "worker slot {} (pid {}) did not stop within {grace:?}: {}",
-                        l.slot,
-                        l.pid,
-                        task_report(l.pid)
-                    ));
-                    // SAFETY: kill on our own child.
-                    unsafe { libc::kill(l.pid, libc::SIGKILL) };
-                }
-                std::thread::sleep(Duration::from_millis(500));
-                break;
-            }
+        if now.duration_since(s) <= grace {
+            return false;
         }
-        // Hangs: an op in progress for too long.
+        for l in &self.live {
+            self.hangs.push(format!(
+                "worker slot {} (pid {}) did not stop within {grace:?}: {}",
+                l.slot,
+                l.pid,
+                task_report(l.pid)
+            ));
+            // SAFETY: kill on our own child.
+            unsafe { libc::kill(l.pid, libc::SIGKILL) };
+        }
+        std::thread::sleep(Duration::from_millis(500));
+        true
+    }
+
+    /// Hangs: an op in progress for too long kills its worker.
+    fn kill_hung(&mut self) {
         let now_ms = shm::now_ms();
-        for l in &live {
-            for (t, ts) in shm.slots[l.slot].threads.iter().enumerate().take(cfg.threads) {
+        for l in &self.live {
+            for (t, ts) in self.shm.slots[l.slot].threads.iter().enumerate().take(self.cfg.threads) {
                 let op = ts.in_op.load(Ordering::Relaxed);
                 let hb = ts.heartbeat_ms.load(Ordering::Relaxed);
-                if op != 0 && now_ms.saturating_sub(hb) as f64 > cfg.hang_s * 1000.0 {
+                if op != 0 && now_ms.saturating_sub(hb) as f64 > self.cfg.hang_s * 1000.0 {
                     let detail = ts.detail.load(Ordering::Relaxed);
-                    hangs.push(format!(
+                    self.hangs.push(format!(
                         "worker slot {} (pid {}) thread {t} stuck in {} ({detail:#x}) for {} s: {}",
                         l.slot,
                         l.pid,
@@ -334,39 +348,77 @@ fn main() {
                 }
             }
         }
-        if let Some(at) = next_chaos {
-            if now >= at && stopped_at.is_none() && !live.is_empty() {
-                let victim = &live[chaos.below(live.len() as u64) as usize];
-                // SAFETY: kill on our own child.
-                unsafe { libc::kill(victim.pid, libc::SIGKILL) };
-                chaos_kills += 1;
-                next_chaos =
-                    Some(now + Duration::from_secs_f64(cfg.chaos_s * (0.5 + chaos.below(1000) as f64 / 1000.0)));
-            }
+    }
+
+    /// Now and then SIGKILLs a random worker.
+    fn chaos(&mut self, now: Instant) {
+        let Some(at) = self.next_chaos else { return };
+        if now >= at && self.stopped_at.is_none() && !self.live.is_empty() {
+            let victim = &self.live[self.chaos.below(self.live.len() as u64) as usize];
+            // SAFETY: kill on our own child.
+            unsafe { libc::kill(victim.pid, libc::SIGKILL) };
+            self.chaos_kills += 1;
+            let mean = self.cfg.chaos_s * (0.5 + self.chaos.below(1000) as f64 / 1000.0);
+            self.next_chaos = Some(now + Duration::from_secs_f64(mean));
         }
+    }
+}
+
+/// Binder processes (by binderfs stats) not in `baseline`, waited for up to `wait`.
+fn leftover_procs(baseline: &[i32], wait: Duration) -> Vec<binder::testkit::logs::ProcStats> {
+    let t = Instant::now();
+    loop {
+        let st = Stats::read().unwrap_or_default();
+        let extra: Vec<_> = st.procs.iter().filter(|p| !baseline.contains(&p.pid)).cloned().collect();
+        if extra.is_empty() || t.elapsed() > wait {
+            return extra;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn main() {
+    let cfg = config();
+    let scale = if binder::testkit::is_debug_kernel() { 4.0 } else { 1.0 };
+    eprintln!(
+        "binder-fuzz: seed {:#x}, {} ops or {} s, {} processes x {} threads on {} (replay: cargo make fuzz \
+         --append binder_fuzz.seed={:#x})",
+        cfg.seed, cfg.ops, cfg.seconds, cfg.procs, cfg.threads, cfg.device, cfg.seed
+    );
+    let shm = Shm::map();
+    let baseline: Vec<i32> = Stats::read().unwrap_or_default().procs.iter().map(|p| p.pid).collect();
+    let mem_before = meminfo();
+    kmsg::mark(&format!("binder-fuzz: start, seed {:#x}", cfg.seed));
+    let mut kmsg = Kmsg::open_at_end().ok();
+    // Drained all along: the ring buffer holds only the last few thousand records.
+    let mut log = LogWatch::default();
+    let mut sup = Supervisor::start(&cfg, shm);
+    let mut last_progress = Instant::now();
+    let grace = Duration::from_secs_f64(30.0 * scale);
+    loop {
+        sup.reap();
+        let now = Instant::now();
+        if sup.stop_when_due(now, grace) {
+            break;
+        }
+        sup.kill_hung();
+        sup.chaos(now);
         if let Some(k) = kmsg.as_mut() {
             log.add(&k.read_new());
         }
         if now.duration_since(last_progress) > Duration::from_secs(10) {
             last_progress = now;
-            eprintln!("binder-fuzz: {total} ops after {:.0} s", t0.elapsed().as_secs_f64());
+            let total = shm.total_ops.load(Ordering::Relaxed);
+            eprintln!("binder-fuzz: {total} ops after {:.0} s", sup.t0.elapsed().as_secs_f64());
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    let elapsed = t0.elapsed();
-    let total = shm.total_ops.load(Ordering::Relaxed);
+    let elapsed = sup.t0.elapsed();
 
     // Leaks: every worker's binder state must go away.
     let t_rel = Instant::now();
     let release_wait = Duration::from_secs_f64(30.0 * scale);
-    let leftover = loop {
-        let st = Stats::read().unwrap_or_default();
-        let extra: Vec<_> = st.procs.iter().filter(|p| !baseline.contains(&p.pid)).cloned().collect();
-        if extra.is_empty() || t_rel.elapsed() > release_wait {
-            break extra;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let leftover = leftover_procs(&baseline, release_wait);
     let after = Stats::read().unwrap_or_default();
     let mem_after = meminfo();
     kmsg::mark("binder-fuzz: end");
@@ -374,11 +426,26 @@ fn main() {
         log.add(&k.read_new());
         log.lost = k.lost;
     }
-    let splats = log.splats.clone();
+    let ok = report_fuzz(&sup, elapsed);
+    let splats_ok = report_kernel_log(&cfg, &log);
+    let mem_delta: serde_json::Map<String, Value> = mem_after
+        .iter()
+        .map(|(k, v)| {
+            let unit = if k == "tasks" { "" } else { "_kb" };
+            (format!("{k}{unit}"), json!(v - mem_before.get(k).copied().unwrap_or(0)))
+        })
+        .collect();
+    report_leaks(&cfg, &leftover, &after, t_rel.elapsed(), release_wait, mem_delta);
+    std::process::exit(if ok && splats_ok && leftover.is_empty() { 0 } else { 1 });
+}
 
+/// The `fuzz` result; whether it passed.
+fn report_fuzz(sup: &Supervisor, elapsed: Duration) -> bool {
+    let (cfg, shm) = (sup.cfg, sup.shm);
+    let total = shm.total_ops.load(Ordering::Relaxed);
     let undecodable = shm.stats[shm::stat::UNDECODABLE].load(Ordering::Relaxed);
-    let mut problems = crashes.clone();
-    problems.extend(hangs.iter().cloned());
+    let mut problems = sup.crashes.clone();
+    problems.extend(sup.hangs.iter().cloned());
     if undecodable > 0 {
         problems.push(format!("{undecodable} read buffer(s) held returns that do not decode"));
     }
@@ -389,15 +456,15 @@ fn main() {
         "seed": format!("{:#x}", cfg.seed),
         "ops": total,
         "target_ops": cfg.ops,
-        "stopped_by": stopped_by,
+        "stopped_by": sup.stopped_by,
         "elapsed_s": (elapsed.as_secs_f64() * 10.0).round() / 10.0,
         "ops_per_s": (total as f64 / elapsed.as_secs_f64()).round(),
         "procs": cfg.procs,
         "threads": cfg.threads,
         "binder_fds": cfg.binder_fds,
-        "workers_spawned": spawned,
-        "chaos_kills": chaos_kills,
-        "worker_exit_statuses": exits.iter().map(|(k, v)| (k.to_string(), json!(v))).collect::<serde_json::Map<_, _>>(),
+        "workers_spawned": sup.spawned,
+        "chaos_kills": sup.chaos_kills,
+        "worker_exit_statuses": sup.exits.iter().map(|(k, v)| (k.to_string(), json!(v))).collect::<serde_json::Map<_, _>>(),
         "op_counts": counters(&shm.op_counts[..N_OPS], OP_NAMES),
         "outcomes": counters(&shm.stats[..N_STATS], STAT_NAMES),
         "replay": format!("cargo make fuzz --append binder_fuzz.seed={:#x} --append binder_fuzz.ops={}", cfg.seed, cfg.ops),
@@ -410,7 +477,12 @@ fn main() {
         (!ok).then(|| format!("seed {:#x}: {}", cfg.seed, problems.join("; "))),
         data,
     );
+    ok
+}
 
+/// The `kernel_log` result; whether it passed (no splat).
+fn report_kernel_log(cfg: &Config, log: &LogWatch) -> bool {
+    let splats = &log.splats;
     report(
         "kernel_log",
         if splats.is_empty() { Status::Pass } else { Status::Fail },
@@ -419,19 +491,23 @@ fn main() {
         json!({"records": log.records, "warning_lines": log.warnings, "records_lost": log.lost,
                "distinct_warnings_sample": log.distinct.iter().take(15).collect::<Vec<_>>(), "splats": splats}),
     );
+    splats.is_empty()
+}
 
+/// The `leaks` result.
+fn report_leaks(
+    cfg: &Config,
+    leftover: &[binder::testkit::logs::ProcStats],
+    after: &Stats,
+    took: Duration,
+    release_wait: Duration,
+    mem_delta: serde_json::Map<String, Value>,
+) {
     let (p, t, n, r, b) = after.totals();
-    let mem_delta: serde_json::Map<String, Value> = mem_after
-        .iter()
-        .map(|(k, v)| {
-            let unit = if k == "tasks" { "" } else { "_kb" };
-            (format!("{k}{unit}"), json!(v - mem_before.get(k).copied().unwrap_or(0)))
-        })
-        .collect();
     report(
         "leaks",
         if leftover.is_empty() { Status::Pass } else { Status::Fail },
-        t_rel.elapsed().as_secs_f64() * 1000.0,
+        took.as_secs_f64() * 1000.0,
         (!leftover.is_empty()).then(|| {
             format!(
                 "seed {:#x}: binder state of {} worker process(es) still present {} s after they exited: {:?}",
@@ -442,10 +518,8 @@ fn main() {
             )
         }),
         json!({"after": {"procs": p, "threads": t, "nodes": n, "refs": r, "buffers": b},
-               "release_ms": ms(t_rel.elapsed()), "meminfo_delta": mem_delta}),
+               "release_ms": ms(took), "meminfo_delta": mem_delta}),
     );
-    let all_ok = ok && splats.is_empty() && leftover.is_empty();
-    std::process::exit(if all_ok { 0 } else { 1 });
 }
 
 /// What the kernel logged during the run.

@@ -38,6 +38,12 @@ fn set_mode(m: u32) -> Result<()> {
         .map_err(|e| format!("{MODE_FILE}: {e} (is this the Rust binder with CTABS?)"))
 }
 
+/// The mode the driver reports, so results say what was in effect, not what was asked for.
+fn read_mode() -> Result<u32> {
+    let t = std::fs::read_to_string(MODE_FILE).map_err(|e| format!("{MODE_FILE}: {e}"))?;
+    t.trim().parse().map_err(|e| format!("{MODE_FILE}: {t:?}: {e}"))
+}
+
 /// ctabs_stats as mode -> counter name -> value.
 fn read_stats() -> Result<BTreeMap<u32, BTreeMap<String, u64>>> {
     let text = std::fs::read_to_string(STATS_FILE).map_err(|e| format!("{STATS_FILE}: {e}"))?;
@@ -332,6 +338,7 @@ fn affinity(a: &Args) -> Result<bool> {
     let mut ok = true;
     for &m in &modes {
         set_mode(m)?;
+        let mode_read = read_mode()?;
         run_clients(&clients, 20, None)?; // warm-up: every server thread has waited once
         let before = read_stats()?;
         let t = Instant::now();
@@ -354,7 +361,7 @@ fn affinity(a: &Args) -> Result<bool> {
                     seen.errors
                 )
             }),
-            json!({ "mode": m, "counters": d, "local_share": share,
+            json!({ "mode": m, "mode_read": mode_read, "counters": d, "local_share": share,
                     "same_cpu_share": same_cpu_share(&d), "client_view": seen.json(),
                     "server_cpus": a.list("server-cpus", "0,1,2,3,4,5,6,7"), "client_cpus": a.list("client-cpus", "1,5,7") }),
         );

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::{Duration, Instant};
 
 /// Console prefix of results when there is no result port.
-pub const FALLBACK_PREFIX: &str = "LABRESULT ";
+pub use labproto::CONSOLE_RESULT_PREFIX as FALLBACK_PREFIX;
 const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The port fd for the panic hook (-1: none).

@@ -216,7 +216,7 @@ fn handle_line(is_stdout: bool, line: &str, step: &Step, sink: &mut Sink) {
             return;
         }
     }
-    sys::console_line(&format!("[{}] {}", step.name, line));
+    sys::console_line(&format!("{}{line}", labproto::step_console_prefix(&step.name)));
 }
 
 fn poll_and_read(streams: &mut [Stream], step: &Step, sink: &mut Sink, wait: Duration) -> io::Result<()> {

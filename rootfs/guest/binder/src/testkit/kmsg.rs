@@ -1,5 +1,5 @@
 //! The kernel log as a stream of records (/dev/kmsg), and the splat patterns the host
-//! harness looks for on the console (`lab/src/console.rs`), so a guest program can tell
+//! harness looks for on the console (`lab/src/harness/splat.rs`), so a guest program can tell
 //! which of its steps caused one.
 
 use std::fs::File;

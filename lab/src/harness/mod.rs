@@ -1,0 +1,15 @@
+//! Stage 3: one guest run. Options and inputs, QEMU's argv, the DTB cache, the run itself,
+//! its outcome and manifest, the console's splat scanner and KTAP parser, the board's
+//! `[expect]` check. Imports `kbuild`, `provision` and `support`.
+
+pub mod dtb;
+pub mod expect;
+pub mod ktap;
+pub mod manifest;
+pub mod monitor;
+pub mod opts;
+pub mod outcome;
+pub mod prepare;
+pub mod qemu;
+pub mod run;
+pub mod splat;

@@ -1,0 +1,371 @@
+//! The run monitor: a state machine fed one typed input at a time (console lines, result
+//! lines, QMP events, QEMU's exit, timer ticks, Ctrl-C), which decides when a run is over
+//! and how it ended. It does no I/O and reads no clock: the caller passes the time with each
+//! input, so tests drive it with synthetic sequences.
+
+use crate::harness::outcome::Verdict;
+use crate::harness::qemu::VmEvent;
+use crate::harness::splat;
+use labproto::{Event, Plan, CONSOLE_RESULT_PREFIX};
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+/// Grace on top of a step's own timeout: the guest init enforces it first.
+pub const STEP_GRACE: Duration = Duration::from_secs(15);
+/// After Done (or an init error), the guest has this long to power off.
+pub const POWEROFF_TIMEOUT: Duration = Duration::from_secs(15);
+/// How long to keep reading the console after a panic for the rest of its report.
+pub const PANIC_LINGER: Duration = Duration::from_millis(700);
+/// After QEMU exits, the readers get this long to deliver what it wrote last.
+pub const EXIT_DRAIN: Duration = Duration::from_millis(100);
+/// Console lines kept for timeouts and the outcome.
+const TAIL: usize = 50;
+
+/// One thing that happened.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Input {
+    Console(String),
+    Result(Event),
+    Qmp(VmEvent),
+    Exited { success: bool, status: String },
+    Tick,
+    Interrupted,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+enum Phase {
+    Boot,
+    Idle,
+    Step(String),
+    PowerOff,
+}
+
+/// What a monitored run collected.
+#[derive(Debug)]
+pub struct Finished {
+    pub verdict: Verdict,
+    pub events: Vec<Event>,
+    pub lines: Vec<String>,
+    pub boot_s: Option<f64>,
+    pub panic_report_s: Option<f64>,
+    /// QMP stopped answering during the run (panics were then seen on the console only).
+    pub qmp_lost: bool,
+}
+
+pub struct Monitor {
+    t0: Instant,
+    boot_timeout: Duration,
+    step_timeouts: BTreeMap<String, u64>,
+    phase: Phase,
+    deadline: Instant,
+    lines: Vec<String>,
+    events: Vec<Event>,
+    boot_s: Option<f64>,
+    panic_seen: Option<Instant>,
+    exited: Option<(Instant, bool, String)>,
+    verdict: Option<Verdict>,
+    panic_report_s: Option<f64>,
+    qmp_lost: bool,
+}
+
+impl Monitor {
+    /// A monitor for `plan`, booted at `t0`.
+    pub fn new(plan: &Plan, boot_timeout: Duration, t0: Instant) -> Monitor {
+        Monitor {
+            t0,
+            boot_timeout,
+            step_timeouts: plan.steps.iter().map(|s| (s.name.clone(), s.timeout_s)).collect(),
+            phase: Phase::Boot,
+            deadline: t0 + boot_timeout,
+            lines: vec![],
+            events: vec![],
+            boot_s: None,
+            panic_seen: None,
+            exited: None,
+            verdict: None,
+            panic_report_s: None,
+            qmp_lost: false,
+        }
+    }
+
+    pub fn verdict(&self) -> Option<&Verdict> {
+        self.verdict.as_ref()
+    }
+
+    /// Feeds one input at time `now`. True once the run is decided: stop QEMU then. Inputs
+    /// after that (the last console lines and results) are kept but decide nothing.
+    pub fn step(&mut self, now: Instant, input: Input) -> bool {
+        match input {
+            Input::Console(line) => self.console(now, line),
+            Input::Result(ev) => self.result(now, ev),
+            Input::Qmp(VmEvent::Panicked) => {
+                self.panic_seen.get_or_insert(now);
+            }
+            Input::Qmp(VmEvent::Lost) => self.qmp_lost = true,
+            Input::Qmp(VmEvent::Shutdown) | Input::Tick => {}
+            Input::Exited { success, status } => {
+                self.exited.get_or_insert((now, success, status));
+            }
+            Input::Interrupted => {
+                self.verdict.get_or_insert(Verdict::Interrupted);
+            }
+        }
+        if self.verdict.is_none() {
+            self.verdict = self.decide(now);
+        }
+        self.verdict.is_some()
+    }
+
+    fn console(&mut self, now: Instant, line: String) {
+        if self.panic_seen.is_none() && line.contains("Kernel panic - not syncing") {
+            self.panic_seen = Some(now);
+        }
+        // Without a result port the init sends results on the console.
+        let ev = line.split_once(CONSOLE_RESULT_PREFIX).and_then(|(_, ev)| Event::parse_line(ev));
+        self.lines.push(line);
+        if let Some(ev) = ev {
+            self.result(now, ev);
+        }
+    }
+
+    fn result(&mut self, now: Instant, ev: Event) {
+        if self.verdict.is_none() {
+            match &ev {
+                Event::Hello { .. } => {
+                    self.boot_s.get_or_insert(now.duration_since(self.t0).as_secs_f64());
+                    self.enter(Phase::Idle, now + STEP_GRACE);
+                }
+                Event::StepStart { step } => {
+                    let t = Duration::from_secs(self.step_timeouts.get(step).copied().unwrap_or(60));
+                    self.enter(Phase::Step(step.clone()), now + t + STEP_GRACE);
+                }
+                Event::StepEnd { .. } => self.enter(Phase::Idle, now + STEP_GRACE),
+                Event::Done => self.enter(Phase::PowerOff, now + POWEROFF_TIMEOUT),
+                Event::InitError { message } => self.verdict = Some(Verdict::InitError { message: message.clone() }),
+                _ => {}
+            }
+        }
+        self.events.push(ev);
+    }
+
+    fn enter(&mut self, phase: Phase, deadline: Instant) {
+        self.phase = phase;
+        self.deadline = deadline;
+    }
+
+    fn decide(&mut self, now: Instant) -> Option<Verdict> {
+        if let Some(t) = self.panic_seen {
+            if now.duration_since(t) <= PANIC_LINGER && self.exited.is_none() {
+                return None;
+            }
+            self.panic_report_s = Some(now.duration_since(t).as_secs_f64());
+            // The text is taken in finish(), from every line that arrived.
+            return Some(Verdict::Panic { text: String::new() });
+        }
+        if let Some((at, success, status)) = &self.exited {
+            if now.duration_since(*at) < EXIT_DRAIN {
+                return None;
+            }
+            let done = self.events.iter().any(|e| matches!(e, Event::Done));
+            return Some(if splat::panic_text(&self.lines).is_some() {
+                Verdict::Panic { text: String::new() }
+            } else if done && *success {
+                Verdict::Completed
+            } else {
+                Verdict::QemuExited { status: status.clone(), tail: splat::tail(&self.lines, TAIL) }
+            });
+        }
+        (now > self.deadline)
+            .then(|| Verdict::Timeout { phase: self.phase_text(), tail: splat::tail(&self.lines, TAIL) })
+    }
+
+    fn phase_text(&self) -> String {
+        match &self.phase {
+            Phase::Boot => format!("boot (no message from the guest init within {:?})", self.boot_timeout),
+            Phase::Idle => "the guest init between steps".into(),
+            Phase::Step(s) => format!("step {s}"),
+            Phase::PowerOff => "power-off after the plan".into(),
+        }
+    }
+
+    /// Everything collected; None if the run was never decided.
+    pub fn finish(self) -> Option<Finished> {
+        let verdict = match self.verdict? {
+            Verdict::Panic { .. } => Verdict::Panic {
+                text: splat::panic_text(&self.lines).unwrap_or_else(|| splat::tail(&self.lines, TAIL)),
+            },
+            v => v,
+        };
+        Some(Finished {
+            verdict,
+            events: self.events,
+            lines: self.lines,
+            boot_s: self.boot_s,
+            panic_report_s: self.panic_report_s,
+            qmp_lost: self.qmp_lost,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use labproto::Step;
+
+    fn plan() -> Plan {
+        let step = |name: &str, timeout_s| Step { name: name.into(), argv: vec![], timeout_s, env: Default::default() };
+        Plan { name: "p".into(), steps: vec![step("a", 5), step("b", 30)], shell: false }
+    }
+
+    fn hello() -> Input {
+        Input::Result(Event::Hello { kernel: "7.2".into(), uptime_s: 0.5, cmdline: String::new() })
+    }
+    fn start(s: &str) -> Input {
+        Input::Result(Event::StepStart { step: s.into() })
+    }
+    fn end(s: &str) -> Input {
+        Input::Result(Event::StepEnd {
+            step: s.into(),
+            exit_code: Some(0),
+            signal: None,
+            timed_out: false,
+            duration_ms: 1.0,
+        })
+    }
+    fn exited(success: bool) -> Input {
+        Input::Exited { success, status: if success { "exit status: 0".into() } else { "signal: 9".into() } }
+    }
+
+    /// Feeds `(seconds after t0, input)` pairs; returns the finished run and the time of the
+    /// decision.
+    fn run(inputs: Vec<(f64, Input)>) -> (Finished, Option<f64>) {
+        let t0 = Instant::now();
+        let mut m = Monitor::new(&plan(), Duration::from_secs(60), t0);
+        let mut decided = None;
+        for (s, input) in inputs {
+            if m.step(t0 + Duration::from_secs_f64(s), input) && decided.is_none() {
+                decided = Some(s);
+            }
+        }
+        (m.finish().expect("decided"), decided)
+    }
+
+    #[test]
+    fn a_clean_plan_completes_after_power_off() {
+        let (f, at) = run(vec![
+            (0.0, Input::Console("[    0.0] Booting Linux".into())),
+            (0.9, hello()),
+            (1.0, start("a")),
+            (2.0, end("a")),
+            (2.1, Input::Result(Event::Done)),
+            (2.5, exited(true)),
+            (2.55, Input::Tick),
+            (2.61, Input::Tick),
+        ]);
+        assert_eq!((f.verdict, at), (Verdict::Completed, Some(2.61)));
+        assert_eq!(f.boot_s, Some(0.9));
+        assert_eq!(f.events.len(), 4);
+    }
+
+    #[test]
+    fn panic_mid_step_waits_for_the_report_then_stops() {
+        let (f, at) = run(vec![
+            (0.9, hello()),
+            (1.0, start("b")),
+            (3.0, Input::Console("[    3.0] sysrq: Trigger a crash".into())),
+            (3.0, Input::Console("[    3.0] Kernel panic - not syncing: sysrq triggered crash".into())),
+            (3.3, Input::Console("[    3.0] CPU: 1 PID: 80 Comm: sh".into())),
+            (3.5, Input::Tick),
+            (3.8, Input::Tick),
+            // After the decision: still part of the report.
+            (3.9, Input::Console("[    3.0] Call trace:".into())),
+        ]);
+        assert_eq!(at, Some(3.8));
+        let Verdict::Panic { text } = f.verdict else { panic!("{:?}", f.verdict) };
+        assert!(text.starts_with("[    3.0] sysrq: Trigger a crash") && text.ends_with("Call trace:"), "{text}");
+        assert!((f.panic_report_s.unwrap() - 0.8).abs() < 1e-6);
+    }
+
+    #[test]
+    fn qmp_panic_counts_without_a_console_line() {
+        let (f, at) = run(vec![(0.9, hello()), (2.0, Input::Qmp(VmEvent::Panicked)), (2.2, exited(false))]);
+        assert_eq!(at, Some(2.2));
+        assert!(matches!(f.verdict, Verdict::Panic { .. }), "{:?}", f.verdict);
+    }
+
+    #[test]
+    fn a_hanging_step_times_out_with_its_name() {
+        let (f, at) = run(vec![
+            (0.9, hello()),
+            (1.0, start("a")),
+            (1.5, Input::Console("about to hang".into())),
+            // a: 5 s plus 15 s of grace.
+            (20.9, Input::Tick),
+            (21.1, Input::Tick),
+        ]);
+        assert_eq!(at, Some(21.1));
+        let Verdict::Timeout { phase, tail } = f.verdict else { panic!("{:?}", f.verdict) };
+        assert_eq!(phase, "step a");
+        assert!(tail.contains("about to hang"));
+    }
+
+    #[test]
+    fn no_hello_is_a_boot_timeout() {
+        let (f, _) = run(vec![(59.0, Input::Tick), (60.5, Input::Tick)]);
+        assert!(
+            matches!(f.verdict, Verdict::Timeout { ref phase, .. } if phase.starts_with("boot")),
+            "{:?}",
+            f.verdict
+        );
+    }
+
+    #[test]
+    fn results_after_power_off_are_kept() {
+        let late = Event::Result {
+            step: "b".into(),
+            case: "late".into(),
+            status: labproto::Status::Pass,
+            duration_ms: 0.0,
+            message: None,
+            data: serde_json::Value::Null,
+        };
+        let (f, _) = run(vec![
+            (0.9, hello()),
+            (1.0, Input::Result(Event::Done)),
+            (1.2, exited(true)),
+            // The chardev file is read after QEMU is gone, and after the decision.
+            (1.25, Input::Console(format!("{CONSOLE_RESULT_PREFIX}{}", late.to_line().trim_end()))),
+            (1.4, Input::Tick),
+            (1.5, Input::Result(late.clone())),
+        ]);
+        assert_eq!(f.verdict, Verdict::Completed);
+        assert_eq!(f.events.iter().filter(|e| **e == late).count(), 2);
+    }
+
+    #[test]
+    fn lost_qmp_is_noted_and_the_run_goes_on() {
+        let (f, _) = run(vec![
+            (0.9, hello()),
+            (1.0, Input::Qmp(VmEvent::Lost)),
+            (1.1, Input::Result(Event::Done)),
+            (1.2, exited(true)),
+            (1.4, Input::Tick),
+        ]);
+        assert_eq!(f.verdict, Verdict::Completed);
+        assert!(f.qmp_lost);
+    }
+
+    #[test]
+    fn qemu_exiting_early_and_init_errors_and_ctrl_c() {
+        let (f, _) = run(vec![(0.9, hello()), (1.0, exited(false)), (1.2, Input::Tick)]);
+        assert!(
+            matches!(f.verdict, Verdict::QemuExited { ref status, .. } if status == "signal: 9"),
+            "{:?}",
+            f.verdict
+        );
+        let (f, at) = run(vec![(0.9, Input::Result(Event::InitError { message: "no plan".into() }))]);
+        assert_eq!((f.verdict, at), (Verdict::InitError { message: "no plan".into() }, Some(0.9)));
+        let (f, at) = run(vec![(0.9, hello()), (1.0, Input::Interrupted), (1.1, Input::Qmp(VmEvent::Panicked))]);
+        assert_eq!((f.verdict, at), (Verdict::Interrupted, Some(1.0)));
+    }
+}

@@ -1,0 +1,130 @@
+//! What a run is asked to do: the options, and the plan and board files they name.
+
+use crate::harness::qemu::Tcg;
+use crate::support::paths;
+use anyhow::{bail, Context, Result};
+use labproto::Plan;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+#[derive(Clone, Debug)]
+pub struct RunOpts {
+    /// Board name in board/ (`sa8155p`) or a path to a board file.
+    pub board: String,
+    /// Plan name in rootfs/plans/ (`default`) or a path to a plan file.
+    pub plan: String,
+    pub flavor: String,
+    pub tcg: Tcg,
+    pub icount_shift: u32,
+    /// Extra files for the initramfs (e.g. the user's own static binder clients).
+    pub overlay: Option<PathBuf>,
+    pub boot_timeout: Duration,
+    /// Show the console live on stderr.
+    pub echo: bool,
+    /// Pin vCPU threads to host CPUs (round-robin).
+    pub pin: bool,
+    /// Appended to the kernel command line.
+    pub append: Vec<String>,
+    /// Short label for the run directory.
+    pub name: String,
+    /// The system QEMU or the lab's build (`qemu/`).
+    pub qemu: crate::kbuild::qemu::Choice,
+    /// TCG plugins (`path,arg=value`); `{run}` in an argument becomes the run directory.
+    pub plugins: Vec<String>,
+}
+
+impl Default for RunOpts {
+    fn default() -> Self {
+        RunOpts {
+            board: "sa8155p".into(),
+            plan: "default".into(),
+            flavor: "perf".into(),
+            // Boots fastest here: 8 vCPU threads on a 2-core host contend under MTTCG.
+            tcg: Tcg::Single,
+            icount_shift: 3,
+            overlay: None,
+            boot_timeout: Duration::from_secs(60),
+            echo: false,
+            pin: false,
+            append: vec![],
+            name: String::new(),
+            qemu: Default::default(),
+            plugins: vec![],
+        }
+    }
+}
+
+/// Resolves `name` as a file in `dir` with `ext`, or as a path.
+fn resolve(name: &str, dir: &Path, ext: &str, what: &str) -> Result<PathBuf> {
+    let p = Path::new(name);
+    if p.is_file() {
+        return Ok(p.to_path_buf());
+    }
+    let in_dir = dir.join(format!("{name}.{ext}"));
+    if in_dir.is_file() {
+        return Ok(in_dir);
+    }
+    let known: Vec<String> = std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.flatten()
+                .filter_map(|e| e.file_name().to_str()?.strip_suffix(&format!(".{ext}")).map(String::from))
+                .filter(|n| n != "Cargo")
+                .collect()
+        })
+        .unwrap_or_default();
+    bail!("no {what} {name:?}: give a path or one of: {}", known.join(", "))
+}
+
+pub fn plans_dir() -> PathBuf {
+    paths::repo().join("rootfs/plans")
+}
+
+pub fn load_plan(name: &str) -> Result<Plan> {
+    let path = resolve(name, &plans_dir(), "toml", "plan")?;
+    let text = std::fs::read_to_string(&path)?;
+    let plan: Plan = toml::from_str(&text).with_context(|| format!("{} is not a valid plan", path.display()))?;
+    Ok(plan)
+}
+
+pub fn load_board(name: &str) -> Result<board::Board> {
+    Ok(load_board_file(name)?.0)
+}
+
+/// The board and the SHA-256 of the exact bytes it was parsed from (for the manifest).
+pub fn load_board_file(name: &str) -> Result<(board::Board, String)> {
+    let path = resolve(name, &paths::board_dir(), "toml", "board")?;
+    let text = std::fs::read_to_string(&path).with_context(|| format!("reading the board file {}", path.display()))?;
+    let board = board::Board::from_str_named(&text, &path.display().to_string())?;
+    Ok((board, crate::support::fs::sha256_hex(text.as_bytes())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shipped_plans_and_boards_load() {
+        let stems = |dir: PathBuf| -> Vec<String> {
+            let mut v: Vec<String> = std::fs::read_dir(&dir)
+                .unwrap()
+                .flatten()
+                .filter_map(|e| e.file_name().to_str()?.strip_suffix(".toml").map(String::from))
+                .filter(|n| n != "Cargo")
+                .collect();
+            v.sort();
+            v
+        };
+        let plans = stems(plans_dir());
+        assert!(plans.len() >= 12, "{plans:?}");
+        for plan in &plans {
+            load_plan(plan).unwrap_or_else(|e| panic!("plan {plan}: {e:#}"));
+        }
+        let boards = stems(paths::board_dir());
+        assert_eq!(boards, ["sa8155p", "sm8150-upstream", "symmetric"]);
+        for b in &boards {
+            load_board(b).unwrap_or_else(|e| panic!("board {b}: {e:#}"));
+        }
+        let e = load_plan("nope").unwrap_err().to_string();
+        assert!(e.contains("default"), "{e}");
+    }
+}

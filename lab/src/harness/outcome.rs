@@ -1,0 +1,253 @@
+//! How a run ended and what it found: the harness's result, read by reports and measures.
+
+use crate::harness::splat::Splat;
+use labproto::{Event, Status};
+use serde::Serialize;
+use std::path::PathBuf;
+
+/// What `lab` exits with (README, "Exit codes"). The harness's own codes sit above 200:
+/// outside what shell commands use (0-125, 126/127, 128+signal), so that a guest command's
+/// own exit code (`lab run -- CMD`) can pass through unchanged. Ordered by severity: when
+/// several apply, the highest wins.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Exit {
+    Ok,
+    /// A case, a step, a topology check or the regression gate failed.
+    TestFailure,
+    /// A boot, step or power-off timeout (the guest hung).
+    Timeout,
+    /// A kernel panic, or a splat (lockdep, KASAN, BUG, WARNING, Oops, Rust panic, hung task).
+    KernelFault,
+    /// The lab could not do its job: bad input, a failed build, QEMU or the guest init
+    /// failing, QEMU exiting before the plan finished.
+    HarnessError,
+    /// Ctrl-C or SIGTERM.
+    Interrupted,
+}
+
+impl Exit {
+    pub fn code(self) -> i32 {
+        match self {
+            Exit::Ok => 0,
+            Exit::TestFailure => 1,
+            Exit::Timeout => 202,
+            Exit::KernelFault => 201,
+            Exit::HarnessError => 203,
+            Exit::Interrupted => 130,
+        }
+    }
+
+    /// Ends the process with this code.
+    pub fn exit(self) -> ! {
+        std::process::exit(self.code())
+    }
+}
+
+/// How the run ended.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Verdict {
+    /// The plan ran to the end and the guest powered off.
+    Completed,
+    /// The guest kernel panicked; `text` is the report from the console.
+    Panic { text: String },
+    /// A phase overran; `tail` holds the last console lines.
+    Timeout { phase: String, tail: String },
+    /// The guest init failed and powered off.
+    InitError { message: String },
+    /// QEMU ended without the guest finishing the plan.
+    QemuExited { status: String, tail: String },
+    /// Ctrl-C / SIGTERM.
+    Interrupted,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Outcome {
+    pub dir: PathBuf,
+    pub verdict: Verdict,
+    pub events: Vec<Event>,
+    /// QEMU start to the init's first message.
+    pub boot_s: Option<f64>,
+    pub splats: Vec<Splat>,
+    pub topology_mismatches: Vec<String>,
+    pub wall_s: f64,
+    /// Seconds from the first sign of a panic to the harness's verdict.
+    pub panic_report_s: Option<f64>,
+    /// Last console lines, shown with timed-out steps.
+    pub console_tail: String,
+}
+
+impl Outcome {
+    /// Results reported by steps.
+    pub fn results(&self) -> impl Iterator<Item = (&str, &str, Status, Option<&str>)> {
+        self.events.iter().filter_map(|e| match e {
+            Event::Result { step, case, status, message, .. } => {
+                Some((step.as_str(), case.as_str(), *status, message.as_deref()))
+            }
+            _ => None,
+        })
+    }
+
+    /// Steps that exited non-zero or timed out.
+    pub fn failed_steps(&self) -> Vec<String> {
+        self.events
+            .iter()
+            .filter_map(|e| match e {
+                Event::StepEnd { step, timed_out: true, duration_ms, .. } => Some(format!(
+                    "{step}: timed out after {:.1} s; last console lines:\n{}",
+                    duration_ms / 1000.0,
+                    self.console_tail
+                )),
+                Event::StepEnd { step, exit_code, signal, .. } if *exit_code != Some(0) => {
+                    Some(format!("{step}: exit code {exit_code:?}, signal {signal:?}"))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Everything that makes this run a failure, as readable lines.
+    pub fn problems(&self) -> Vec<String> {
+        let mut p = vec![];
+        match &self.verdict {
+            Verdict::Completed => {}
+            Verdict::Panic { text } => p.push(format!("guest kernel panic:\n{text}")),
+            Verdict::Timeout { phase, tail } => p.push(format!("timeout in {phase}; last console lines:\n{tail}")),
+            Verdict::InitError { message } => p.push(format!("guest init failed: {message}")),
+            Verdict::QemuExited { status, tail } => {
+                p.push(format!("QEMU exited ({status}) before the plan finished; last console lines:\n{tail}"))
+            }
+            Verdict::Interrupted => p.push("interrupted".into()),
+        }
+        p.extend(self.failed_steps().into_iter().map(|s| format!("step {s}")));
+        for (step, case, status, msg) in self.results() {
+            if status == Status::Fail {
+                p.push(format!("{step}/{case} failed{}", msg.map(|m| format!(": {m}")).unwrap_or_default()));
+            }
+        }
+        p.extend(self.topology_mismatches.iter().cloned());
+        if !matches!(self.verdict, Verdict::Panic { .. }) {
+            p.extend(self.splats.iter().map(|s| format!("kernel splat ({}):\n{}", s.kind, s.text)));
+        }
+        p
+    }
+
+    pub fn ok(&self) -> bool {
+        self.problems().is_empty()
+    }
+
+    /// The exit code this run calls for: the most severe of what [`Outcome::problems`] lists.
+    pub fn exit(&self) -> Exit {
+        let verdict = match &self.verdict {
+            Verdict::Completed => Exit::Ok,
+            Verdict::Panic { .. } => Exit::KernelFault,
+            Verdict::Timeout { .. } => Exit::Timeout,
+            Verdict::InitError { .. } | Verdict::QemuExited { .. } => Exit::HarnessError,
+            Verdict::Interrupted => Exit::Interrupted,
+        };
+        let step_timeout = self.events.iter().any(|e| matches!(e, Event::StepEnd { timed_out: true, .. }));
+        let failed = !self.failed_steps().is_empty()
+            || self.results().any(|r| r.2 == Status::Fail)
+            || !self.topology_mismatches.is_empty();
+        [
+            verdict,
+            if self.splats.is_empty() { Exit::Ok } else { Exit::KernelFault },
+            if step_timeout { Exit::Timeout } else { Exit::Ok },
+            if failed { Exit::TestFailure } else { Exit::Ok },
+        ]
+        .into_iter()
+        .max()
+        .unwrap_or(Exit::Ok)
+    }
+
+    /// The data of the first result named `case`.
+    pub fn data(&self, case: &str) -> Option<&serde_json::Value> {
+        case_data(&self.events, case)
+    }
+}
+
+/// The data of the first result named `case` among `events`.
+pub fn case_data<'a>(events: &'a [Event], case: &str) -> Option<&'a serde_json::Value> {
+    events.iter().find_map(|e| match e {
+        Event::Result { case: c, data, .. } if c == case => Some(data),
+        _ => None,
+    })
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A completed run with a failed case, a failed step and a topology mismatch.
+    pub(crate) fn three_problems() -> Outcome {
+        Outcome {
+            dir: "/r".into(),
+            verdict: Verdict::Completed,
+            events: vec![
+                Event::Result {
+                    step: "s".into(),
+                    case: "c".into(),
+                    status: Status::Fail,
+                    duration_ms: 0.0,
+                    message: Some("bad".into()),
+                    data: serde_json::Value::Null,
+                },
+                Event::StepEnd {
+                    step: "s".into(),
+                    exit_code: Some(1),
+                    signal: None,
+                    timed_out: false,
+                    duration_ms: 1.0,
+                },
+            ],
+            boot_s: Some(0.8),
+            splats: vec![],
+            topology_mismatches: vec!["board: cpu4 capacity 871, guest: 1024".into()],
+            wall_s: 1.0,
+            panic_report_s: None,
+            console_tail: String::new(),
+        }
+    }
+
+    #[test]
+    fn problems_collect_everything() {
+        let o = three_problems();
+        let p = o.problems();
+        assert_eq!(p.len(), 3, "{p:?}");
+        assert!(!o.ok());
+    }
+
+    #[test]
+    fn exit_codes_follow_the_worst_problem() {
+        let mut o = three_problems();
+        assert_eq!(o.exit(), Exit::TestFailure);
+        o.events.push(Event::StepEnd {
+            step: "t".into(),
+            exit_code: None,
+            signal: Some(9),
+            timed_out: true,
+            duration_ms: 1.0,
+        });
+        assert_eq!(o.exit(), Exit::Timeout);
+        o.splats.push(Splat { kind: "lockdep", line: 1, text: "WARNING: possible circular locking".into() });
+        assert_eq!(o.exit(), Exit::KernelFault);
+        o.verdict = Verdict::QemuExited { status: "exit status: 1".into(), tail: String::new() };
+        assert_eq!(o.exit(), Exit::HarnessError);
+        o.verdict = Verdict::Interrupted;
+        assert_eq!(o.exit().code(), 130);
+        let mut clean = three_problems();
+        clean.events.clear();
+        clean.topology_mismatches.clear();
+        assert_eq!((clean.exit(), clean.exit().code()), (Exit::Ok, 0));
+        clean.verdict = Verdict::Panic { text: "Kernel panic - not syncing".into() };
+        assert_eq!(clean.exit().code(), 201);
+        clean.verdict = Verdict::Timeout { phase: "boot".into(), tail: String::new() };
+        assert_eq!(clean.exit().code(), 202);
+        let codes: Vec<i32> =
+            [Exit::Ok, Exit::TestFailure, Exit::Timeout, Exit::KernelFault, Exit::HarnessError, Exit::Interrupted]
+                .iter()
+                .map(|e| e.code())
+                .collect();
+        assert_eq!(codes, [0, 1, 202, 201, 203, 130]);
+    }
+}

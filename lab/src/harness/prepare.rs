@@ -1,0 +1,105 @@
+//! What a run boots: the kernel, the board's DTB and the initramfs, built or taken from the
+//! cache, and QEMU's spec for them.
+
+use crate::harness::dtb;
+use crate::harness::opts::{load_board_file, RunOpts};
+use crate::harness::qemu::{Console, Tcg, VmSpec};
+use crate::kbuild::kernel;
+use crate::provision::downloads;
+use crate::support::{paths, stamp};
+use anyhow::{Context, Result};
+use labproto::Plan;
+use std::path::{Path, PathBuf};
+
+/// Kernel, DTB and initramfs for a run, built or taken from the cache.
+pub struct Prepared {
+    pub kernel: kernel::Built,
+    pub board: board::Board,
+    /// SHA-256 of the board file's contents.
+    pub board_sha256: String,
+    pub dtb: PathBuf,
+    pub initrd: PathBuf,
+    pub plan: Plan,
+    /// The QEMU binary, and the lab build's key (None: the system QEMU).
+    pub qemu: PathBuf,
+    pub qemu_key: Option<String>,
+}
+
+/// Builds what is missing and writes the DTB and initramfs into `dir`.
+pub fn prepare(opts: &RunOpts, plan: Plan, dir: &Path) -> Result<Prepared> {
+    let cache = paths::cache();
+    let (board, board_sha256) = load_board_file(&opts.board)?;
+    check_hicount(opts, &board)?;
+    let kernel = kernel::build(&opts.flavor)?;
+    let (qemu_bin, qemu_key) = crate::kbuild::qemu::resolve(opts.qemu)?;
+    let base = std::fs::read(dtb::qemu_dtb(&cache, &board, &qemu_bin)?)?;
+    let dtb = dir.join("board.dtb");
+    std::fs::write(&dtb, board::generate_dtb(&board, &base)?)?;
+
+    let bins = rootfs::build_guest(&rootfs::GuestBuildOpts { quiet: true, ..Default::default() })?;
+    let mut spec = rootfs::InitramfsSpec::new(&bins, serde_json::to_string_pretty(&plan)?);
+    spec.busybox = Some(downloads::busybox(&cache)?);
+    spec.overlay = opts.overlay.clone();
+    let initrd = dir.join("initramfs.cpio");
+    rootfs::write_initramfs(&spec, &initrd)?;
+    Ok(Prepared { kernel, board, board_sha256, dtb, initrd, plan, qemu: qemu_bin, qemu_key })
+}
+
+/// `--tcg hicount` needs what only the lab QEMU and a board with `[timing]` have.
+fn check_hicount(opts: &RunOpts, board: &board::Board) -> Result<()> {
+    if opts.tcg != Tcg::Hicount {
+        return Ok(());
+    }
+    if opts.qemu != crate::kbuild::qemu::Choice::Lab {
+        anyhow::bail!("--tcg hicount is the lab QEMU's timing model: add --qemu lab (or LAB_QEMU=lab)");
+    }
+    if board.timing().is_none() {
+        anyhow::bail!(
+            "--tcg hicount needs the board's [timing] section, which {} lacks (board/sa8155p.toml has one)",
+            board.source()
+        );
+    }
+    Ok(())
+}
+
+/// A fresh, unique run directory.
+pub fn new_run_dir(name: &str) -> Result<PathBuf> {
+    let stamp = stamp::utc_stamp();
+    let dir = paths::runs_dir().join(format!("{stamp}-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(paths::runs_dir())?;
+    // create_dir fails if it exists: two runs never share a directory.
+    for n in 0.. {
+        let d = if n == 0 { dir.clone() } else { PathBuf::from(format!("{}.{n}", dir.display())) };
+        match std::fs::create_dir(&d) {
+            Ok(()) => return Ok(d),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e).with_context(|| format!("creating {}", d.display())),
+        }
+    }
+    unreachable!()
+}
+
+pub fn vm_spec(p: &Prepared, opts: &RunOpts, dir: &Path, console: Console) -> VmSpec {
+    let mut append = vec!["console=ttyAMA0".to_string(), "loglevel=5".into(), "rdinit=/init".into()];
+    append.extend(opts.append.iter().cloned());
+    let run = dir.display().to_string();
+    VmSpec {
+        binary: p.qemu.clone(),
+        machine: p.board.qemu_machine().to_string(),
+        cpu: p.board.qemu_cpu().to_string(),
+        smp: p.board.smp(),
+        memory: p.board.memory().to_string(),
+        kernel: p.kernel.image(),
+        initrd: p.initrd.clone(),
+        dtb: p.dtb.clone(),
+        append: append.join(" "),
+        tcg: opts.tcg,
+        icount_shift: opts.icount_shift,
+        console,
+        results: (console == Console::Pipe).then(|| dir.join("results.jsonl")),
+        qmp: Some(dir.join("qmp.sock")),
+        pvpanic: true,
+        plugins: opts.plugins.iter().map(|p| p.replace("{run}", &run)).collect(),
+        timing: p.board.timing().cloned(),
+    }
+}

@@ -1,0 +1,539 @@
+//! QEMU: the command line, built from small per-concern pieces, and a handle on the running
+//! process that always cleans up after itself.
+
+use anyhow::{bail, Context, Result};
+use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{self, Receiver};
+use std::time::{Duration, Instant};
+
+pub const QEMU: &str = "qemu-system-aarch64";
+
+/// How TCG runs the vCPUs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Tcg {
+    /// One host thread per vCPU (fastest on a multi-core host).
+    Multi,
+    /// All vCPUs round-robin on one host thread.
+    Single,
+    /// Single-threaded with instruction counting: deterministic guest time and, with the
+    /// options below, bit-identical repeated runs.
+    Icount,
+    /// The lab QEMU's heterogeneous icount (`--qemu lab`): each vCPU has its own guest time,
+    /// advanced at its cluster's speed from the board's `[timing]`; deterministic like icount.
+    Hicount,
+}
+
+impl Tcg {
+    /// Modes whose runs repeat bit for bit (no host time or entropy reaches the guest).
+    pub fn deterministic(self) -> bool {
+        matches!(self, Tcg::Icount | Tcg::Hicount)
+    }
+}
+
+/// Where the guest's serial console goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Console {
+    /// Piped to the harness, which logs and scans it.
+    Pipe,
+    /// The user's terminal (interactive shell); Ctrl-A X quits.
+    Terminal,
+}
+
+/// Everything needed to start one VM.
+#[derive(Clone, Debug)]
+pub struct VmSpec {
+    /// The QEMU binary: the system's `qemu-system-aarch64` or the lab's build.
+    pub binary: PathBuf,
+    pub machine: String,
+    pub cpu: String,
+    pub smp: u32,
+    pub memory: String,
+    pub kernel: PathBuf,
+    pub initrd: PathBuf,
+    pub dtb: PathBuf,
+    pub append: String,
+    pub tcg: Tcg,
+    pub icount_shift: u32,
+    pub console: Console,
+    /// File that receives the guest's result port.
+    pub results: Option<PathBuf>,
+    /// QMP unix socket.
+    pub qmp: Option<PathBuf>,
+    pub pvpanic: bool,
+    /// TCG plugins: each a `-plugin` argument (`path,arg=value,...`).
+    pub plugins: Vec<String>,
+    /// Per-CPU speeds and quantum for `Tcg::Hicount`.
+    pub timing: Option<board::Timing>,
+}
+
+impl VmSpec {
+    fn machine_args(&self) -> Vec<String> {
+        vec![
+            "-M".into(),
+            self.machine.clone(),
+            "-cpu".into(),
+            self.cpu.clone(),
+            "-smp".into(),
+            self.smp.to_string(),
+            "-m".into(),
+            self.memory.clone(),
+        ]
+    }
+
+    fn accel_args(&self) -> Vec<String> {
+        match self.tcg {
+            Tcg::Multi => vec!["-accel".into(), "tcg,thread=multi".into()],
+            Tcg::Single => vec!["-accel".into(), "tcg,thread=single".into()],
+            // sleep=off: guest time does not wait for the host clock; align=off keeps it free-running.
+            Tcg::Icount => vec![
+                "-accel".into(),
+                "tcg,thread=single".into(),
+                "-icount".into(),
+                format!("shift={},sleep=off,align=off", self.icount_shift),
+            ],
+            // shift only matters for QEMU's own instruction-count conversions here.
+            Tcg::Hicount => {
+                let t = self.timing.as_ref().expect("hicount runs carry the board's timing");
+                let ps: Vec<String> = t.cpu_ps_per_insn.iter().map(u64::to_string).collect();
+                vec![
+                    "-accel".into(),
+                    "tcg,thread=single".into(),
+                    "-icount".into(),
+                    format!("shift=0,sleep=off,align=off,cpu-ps={},quantum={}", ps.join(":"), t.quantum_ns),
+                ]
+            }
+        }
+    }
+
+    fn boot_args(&self) -> Vec<String> {
+        vec![
+            "-kernel".into(),
+            self.kernel.display().to_string(),
+            "-initrd".into(),
+            self.initrd.display().to_string(),
+            "-dtb".into(),
+            self.dtb.display().to_string(),
+            "-append".into(),
+            self.append.clone(),
+        ]
+    }
+
+    fn console_args(&self) -> Vec<String> {
+        let serial = match self.console {
+            Console::Pipe => "stdio",
+            Console::Terminal => "mon:stdio",
+        };
+        vec!["-display".into(), "none".into(), "-monitor".into(), "none".into(), "-serial".into(), serial.into()]
+    }
+
+    /// Whether the guest gets the virtio-serial result port. Not under icount: virtio-serial
+    /// is the one device here whose host side completes guest requests at host-timing
+    /// dependent points (runs diverge inside the guest's virtio_console probe, and are
+    /// identical without it), so the guest init falls back to `LABRESULT` console lines.
+    pub fn has_result_port(&self) -> bool {
+        self.results.is_some() && !self.tcg.deterministic()
+    }
+
+    fn result_port_args(&self) -> Vec<String> {
+        let Some(path) = self.results.as_ref().filter(|_| self.has_result_port()) else { return vec![] };
+        vec![
+            "-device".into(),
+            "virtio-serial-device".into(),
+            "-chardev".into(),
+            format!("file,id=labres,path={}", path.display()),
+            "-device".into(),
+            format!("virtserialport,chardev=labres,name={}", labproto::RESULT_PORT),
+        ]
+    }
+
+    fn qmp_args(&self) -> Vec<String> {
+        let Some(path) = &self.qmp else { return vec![] };
+        vec!["-qmp".into(), format!("unix:{},server=on,wait=off", path.display())]
+    }
+
+    fn panic_args(&self) -> Vec<String> {
+        if !self.pvpanic {
+            return vec![];
+        }
+        // Pause on GUEST_PANICKED so the harness reads the event and the console first.
+        vec!["-device".into(), "pvpanic-pci".into(), "-action".into(), "panic=pause".into()]
+    }
+
+    fn misc_args(&self) -> Vec<String> {
+        // -no-reboot: the guest's power-off or reboot ends QEMU.
+        let mut v: Vec<String> =
+            ["-nodefaults", "-no-user-config", "-nic", "none", "-no-reboot"].map(String::from).to_vec();
+        if self.tcg.deterministic() {
+            // Repeatable runs. The RTC starts at a fixed date and follows guest time; there is
+            // no host entropy device; and -seed makes QEMU's guest-visible randomness a fixed
+            // PRNG (without it identical runs still diverge).
+            v.extend(["-rtc", "base=2026-01-01T00:00:00,clock=vm", "-seed", "1"].map(String::from));
+        } else {
+            // The RNG keeps early getrandom() from blocking.
+            v.extend(["-device", "virtio-rng-device"].map(String::from));
+        }
+        v
+    }
+
+    pub fn argv(&self) -> Vec<String> {
+        let mut v = vec![self.binary.display().to_string()];
+        for part in [
+            self.machine_args(),
+            self.accel_args(),
+            self.boot_args(),
+            self.console_args(),
+            self.result_port_args(),
+            self.qmp_args(),
+            self.panic_args(),
+            self.misc_args(),
+            self.plugins.iter().flat_map(|p| ["-plugin".to_string(), p.clone()]).collect(),
+        ] {
+            v.extend(part);
+        }
+        v
+    }
+}
+
+/// Shell-quotes argv into one line a user can paste.
+pub fn shell_line(argv: &[String]) -> String {
+    argv.iter()
+        .map(|a| {
+            if a.chars().all(|c| c.is_ascii_alphanumeric() || "-_=,./:+@%".contains(c)) {
+                a.clone()
+            } else {
+                format!("'{}'", a.replace('\'', r"'\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The system `qemu-system-aarch64 --version`, first line.
+pub fn version() -> Result<String> {
+    version_of(Path::new(QEMU))
+}
+
+/// `BINARY --version`, first line; asked once per binary and process (the DTB cache key and
+/// every manifest need it).
+pub fn version_of(binary: &Path) -> Result<String> {
+    static VERSIONS: std::sync::Mutex<Vec<(PathBuf, String)>> = std::sync::Mutex::new(Vec::new());
+    if let Some((_, v)) = VERSIONS.lock().unwrap().iter().find(|(b, _)| b == binary) {
+        return Ok(v.clone());
+    }
+    let out = crate::support::process::output(Command::new(binary).arg("--version"))
+        .with_context(|| format!("{} not found; run `cargo make setup`", binary.display()))?;
+    let v = out.lines().next().unwrap_or_default().to_string();
+    VERSIONS.lock().unwrap().push((binary.to_path_buf(), v.clone()));
+    Ok(v)
+}
+
+/// A running QEMU. Dropping it ends the process: every QEMU the lab starts is cleaned up.
+pub struct Vm {
+    child: Option<Child>,
+    pub pid: u32,
+    pub started: Instant,
+    /// Console lines, when the console is piped.
+    pub console: Option<Receiver<String>>,
+    qmp_path: Option<PathBuf>,
+    qmp: Option<Qmp>,
+    watch: Option<QmpWatch>,
+}
+
+type Qmp = qapi::Qmp<qapi::Stream<BufReader<std::os::unix::net::UnixStream>, std::os::unix::net::UnixStream>>;
+
+/// What QMP told us.
+#[derive(Clone, Debug, PartialEq)]
+pub enum VmEvent {
+    Panicked,
+    Shutdown,
+    /// The QMP connection stopped answering.
+    Lost,
+}
+
+/// The QMP connection, moved to its own thread by [`Vm::watch_qmp`].
+struct QmpWatch {
+    quit: mpsc::Sender<()>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Vm {
+    pub fn spawn(spec: &VmSpec) -> Result<Vm> {
+        let argv = spec.argv();
+        let mut cmd = Command::new(&argv[0]);
+        cmd.args(&argv[1..]).stdin(if spec.console == Console::Terminal { Stdio::inherit() } else { Stdio::null() });
+        if spec.console == Console::Pipe {
+            cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+            // Own process group: a terminal Ctrl-C reaches only the harness, which then
+            // shuts QEMU down in order.
+            cmd.process_group(0);
+        }
+        // SAFETY: prctl(PR_SET_PDEATHSIG) is async-signal-safe and touches no memory of the
+        // parent; it makes the kernel kill QEMU if the harness dies without cleaning up.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        let mut child = cmd.spawn().with_context(|| format!("starting {}; run `cargo make setup`", argv[0]))?;
+        let started = Instant::now();
+        let pid = child.id();
+        let console = if spec.console == Console::Pipe {
+            let (tx, rx) = mpsc::channel();
+            for stream in [
+                child.stdout.take().map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
+                child.stderr.take().map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
+            ]
+            .into_iter()
+            .flatten()
+            {
+                let tx = tx.clone();
+                std::thread::spawn(move || {
+                    for line in BufReader::new(stream).split(b'\n') {
+                        let Ok(line) = line else { break };
+                        let text = String::from_utf8_lossy(&line).trim_end_matches('\r').to_string();
+                        if tx.send(text).is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+            Some(rx)
+        } else {
+            None
+        };
+        Ok(Vm { child: Some(child), pid, started, console, qmp_path: spec.qmp.clone(), qmp: None, watch: None })
+    }
+
+    /// Connects to QMP (retrying while QEMU creates the socket) and does the handshake.
+    pub fn connect_qmp(&mut self, timeout: Duration) -> Result<()> {
+        let path = self.qmp_path.clone().context("VM has no QMP socket")?;
+        let deadline = Instant::now() + timeout;
+        loop {
+            match std::os::unix::net::UnixStream::connect(&path) {
+                Ok(s) => {
+                    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+                    let mut q = qapi::Qmp::new(qapi::Stream::new(BufReader::new(s.try_clone()?), s));
+                    q.handshake().context("QMP handshake")?;
+                    self.qmp = Some(q);
+                    return Ok(());
+                }
+                Err(e) if Instant::now() < deadline => {
+                    if let Some(code) = self.exited()? {
+                        bail!("QEMU exited ({code}) before its QMP socket came up: {e}");
+                    }
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                Err(e) => bail!("QMP socket {} did not come up: {e}", path.display()),
+            }
+        }
+    }
+
+    /// vCPU index -> host thread id.
+    pub fn vcpu_threads(&mut self) -> Result<Vec<(i64, i64)>> {
+        let q = self.qmp.as_mut().context("QMP not connected")?;
+        let cpus = q.execute(&qapi::qmp::query_cpus_fast {}).context("query-cpus-fast")?;
+        Ok(cpus
+            .iter()
+            .filter_map(|c| match c {
+                qapi::qmp::CpuInfoFast::aarch64(b) => Some((b.cpu_index, b.thread_id)),
+                _ => None,
+            })
+            .collect())
+    }
+
+    /// Moves the QMP connection to a thread that polls it every 100 ms and hands each event
+    /// to `on_event` (ending with [`VmEvent::Lost`] if QMP stops answering). [`Vm::stop`]
+    /// still asks QEMU to quit through it.
+    pub fn watch_qmp(&mut self, mut on_event: impl FnMut(VmEvent) + Send + 'static) {
+        let Some(mut q) = self.qmp.take() else { return };
+        let (quit, quit_rx) = mpsc::channel::<()>();
+        let thread = std::thread::spawn(move || loop {
+            match quit_rx.recv_timeout(Duration::from_millis(100)) {
+                Ok(()) | Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    let _ = q.write_command(&qapi::qmp::quit {});
+                    return;
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+            }
+            if q.nop().is_err() {
+                on_event(VmEvent::Lost);
+                return;
+            }
+            for e in q.events() {
+                match e {
+                    qapi::qmp::Event::GUEST_PANICKED { .. } => on_event(VmEvent::Panicked),
+                    qapi::qmp::Event::SHUTDOWN { .. } => on_event(VmEvent::Shutdown),
+                    _ => {}
+                }
+            }
+        });
+        self.watch = Some(QmpWatch { quit, thread });
+    }
+
+    /// Exit status, if QEMU has exited.
+    pub fn exited(&mut self) -> Result<Option<std::process::ExitStatus>> {
+        match self.child.as_mut() {
+            Some(c) => Ok(c.try_wait()?),
+            None => Ok(None),
+        }
+    }
+
+    /// Waits for QEMU to exit on its own.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Ok(Some(st)) = self.exited() {
+                return Some(st);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        None
+    }
+
+    /// Asks QEMU to quit over QMP, then kills it if it hasn't within a second.
+    pub fn stop(&mut self) {
+        if let Some(w) = self.watch.take() {
+            // Not joined: a hung QMP must not hold up the kill below.
+            let _ = w.quit.send(());
+            drop(w.thread);
+        } else if let Some(q) = self.qmp.as_mut() {
+            let _ = q.write_command(&qapi::qmp::quit {});
+        }
+        if self.wait_exit(Duration::from_secs(1)).is_none() {
+            self.kill();
+        }
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Waits for an interactive QEMU (terminal console).
+    pub fn wait(&mut self) -> Result<std::process::ExitStatus> {
+        let st = self.child.as_mut().context("QEMU already reaped")?.wait()?;
+        self.child = None;
+        Ok(st)
+    }
+}
+
+impl Drop for Vm {
+    fn drop(&mut self) {
+        if let Ok(Some(_)) = self.exited() {
+            self.child = None;
+        }
+        if self.child.is_some() {
+            self.stop();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> VmSpec {
+        VmSpec {
+            binary: QEMU.into(),
+            machine: "virt,gic-version=3".into(),
+            cpu: "cortex-a76".into(),
+            smp: 8,
+            memory: "2G".into(),
+            kernel: "/k/Image".into(),
+            initrd: "/r/initramfs.cpio".into(),
+            dtb: "/r/board.dtb".into(),
+            append: "console=ttyAMA0 quiet".into(),
+            tcg: Tcg::Multi,
+            icount_shift: 0,
+            console: Console::Pipe,
+            results: Some("/r/results.jsonl".into()),
+            qmp: Some("/r/qmp.sock".into()),
+            pvpanic: true,
+            plugins: vec![],
+            timing: None,
+        }
+    }
+
+    fn has_pair(argv: &[String], a: &str, b: &str) -> bool {
+        argv.windows(2).any(|w| w[0] == a && w[1] == b)
+    }
+
+    #[test]
+    fn argv_has_every_concern() {
+        let a = spec().argv();
+        assert_eq!(a[0], QEMU);
+        assert!(has_pair(&a, "-M", "virt,gic-version=3"));
+        assert!(has_pair(&a, "-smp", "8"));
+        assert!(has_pair(&a, "-accel", "tcg,thread=multi"));
+        assert!(has_pair(&a, "-dtb", "/r/board.dtb"));
+        assert!(has_pair(&a, "-append", "console=ttyAMA0 quiet"));
+        assert!(has_pair(&a, "-serial", "stdio"));
+        assert!(has_pair(&a, "-chardev", "file,id=labres,path=/r/results.jsonl"));
+        assert!(has_pair(&a, "-device", "virtserialport,chardev=labres,name=lab.results"));
+        assert!(has_pair(&a, "-qmp", "unix:/r/qmp.sock,server=on,wait=off"));
+        assert!(has_pair(&a, "-device", "pvpanic-pci"));
+        assert!(a.contains(&"-no-reboot".to_string()));
+        assert!(!a.contains(&"-plugin".to_string()));
+        let mut s = spec();
+        s.binary = "/c/qemu-x/qemu-system-aarch64".into();
+        s.plugins = vec!["/p/libinsns.so,out=/r/insns.json".into()];
+        let a = s.argv();
+        assert_eq!(a[0], "/c/qemu-x/qemu-system-aarch64");
+        assert!(has_pair(&a, "-plugin", "/p/libinsns.so,out=/r/insns.json"));
+    }
+
+    #[test]
+    fn tcg_modes() {
+        let mut s = spec();
+        s.tcg = Tcg::Icount;
+        s.icount_shift = 3;
+        let a = s.argv();
+        assert!(has_pair(&a, "-accel", "tcg,thread=single"));
+        assert!(has_pair(&a, "-icount", "shift=3,sleep=off,align=off"));
+        assert!(has_pair(&a, "-rtc", "base=2026-01-01T00:00:00,clock=vm"));
+        assert!(has_pair(&a, "-seed", "1"));
+        assert!(!a.contains(&"virtio-rng-device".to_string()));
+        // No virtio-serial result port: results come on the console.
+        assert!(!s.has_result_port());
+        assert!(!a.iter().any(|x| x.contains("labres") || x == "virtio-serial-device"));
+        s.tcg = Tcg::Single;
+        let a = s.argv();
+        assert!(!a.contains(&"-icount".to_string()) && !a.contains(&"-seed".to_string()));
+        assert!(s.has_result_port() && a.contains(&"virtio-serial-device".to_string()));
+    }
+
+    #[test]
+    fn hicount_passes_the_board_timing() {
+        let mut s = spec();
+        s.tcg = Tcg::Hicount;
+        s.timing = Some(board::Timing { cpu_ps_per_insn: vec![1175, 1175, 413, 352], quantum_ns: 5000 });
+        let a = s.argv();
+        assert!(has_pair(&a, "-icount", "shift=0,sleep=off,align=off,cpu-ps=1175:1175:413:352,quantum=5000"));
+        assert!(has_pair(&a, "-seed", "1") && !s.has_result_port());
+    }
+
+    #[test]
+    fn optional_parts_vanish() {
+        let mut s = spec();
+        s.results = None;
+        s.qmp = None;
+        s.pvpanic = false;
+        s.console = Console::Terminal;
+        let a = s.argv();
+        assert!(!a.iter().any(|x| x.contains("labres") || x == "-qmp" || x == "pvpanic-pci"));
+        assert!(has_pair(&a, "-serial", "mon:stdio"));
+    }
+
+    #[test]
+    fn shell_line_quotes() {
+        let l = shell_line(&["qemu".into(), "-append".into(), "console=ttyAMA0 lab.x='y'".into()]);
+        assert_eq!(l, r"qemu -append 'console=ttyAMA0 lab.x='\''y'\'''");
+    }
+}

@@ -1,0 +1,274 @@
+//! One guest run: build what is missing, boot QEMU, feed what it does to the run monitor
+//! (one reader thread per source: console, results file, QMP, a ticker for timers and
+//! Ctrl-C), stop it when the monitor decides, and leave everything in a run directory.
+
+use crate::harness::expect::check_topology;
+use crate::harness::manifest::write_manifest;
+use crate::harness::monitor::{Finished, Input, Monitor};
+use crate::harness::opts::{load_plan, RunOpts};
+use crate::harness::outcome::Outcome;
+use crate::harness::prepare::{new_run_dir, prepare, vm_spec, Prepared};
+use crate::harness::qemu::{Console, Vm, VmSpec};
+use crate::harness::{ktap, splat};
+use crate::support::{fs, paths, progress};
+use anyhow::{bail, Context, Result};
+use labproto::{Event, Plan};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How often the ticker wakes the monitor (timeouts, QEMU's exit, Ctrl-C).
+const TICK: Duration = Duration::from_millis(10);
+/// After the stop, how long the readers may take to deliver their last lines.
+const DRAIN: Duration = Duration::from_secs(2);
+
+/// Without a result port, the run directory still gets `results.jsonl`: the events the
+/// harness collected from the console.
+fn write_console_results(spec: &VmSpec, events: &[Event]) -> Result<()> {
+    let Some(path) = spec.results.as_ref().filter(|_| !spec.has_result_port()) else { return Ok(()) };
+    let text: String = events.iter().map(Event::to_line).collect();
+    fs::write_atomic(path, text.as_bytes())
+}
+
+/// Ctrl-C and SIGTERM set this; the run loop then stops QEMU and reports.
+fn interrupted_flag() -> Arc<AtomicBool> {
+    static FLAG: std::sync::OnceLock<Arc<AtomicBool>> = std::sync::OnceLock::new();
+    FLAG.get_or_init(|| {
+        let f = Arc::new(AtomicBool::new(false));
+        for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+            let _ = signal_hook::flag::register(sig, f.clone());
+        }
+        f
+    })
+    .clone()
+}
+
+/// Complete lines appended to a file, read through one open handle.
+struct LineTail {
+    file: Option<std::fs::File>,
+    path: PathBuf,
+    partial: String,
+}
+
+impl LineTail {
+    fn new(path: &Path) -> LineTail {
+        LineTail { file: None, path: path.to_path_buf(), partial: String::new() }
+    }
+
+    /// The complete lines written since the last call.
+    fn poll(&mut self) -> Vec<String> {
+        if self.file.is_none() {
+            self.file = std::fs::File::open(&self.path).ok();
+        }
+        let Some(f) = self.file.as_mut() else { return vec![] };
+        let mut buf = String::new();
+        let _ = f.read_to_string(&mut buf);
+        self.partial.push_str(&buf);
+        let mut out = vec![];
+        while let Some(i) = self.partial.find('\n') {
+            out.push(self.partial.drain(..=i).collect());
+        }
+        out
+    }
+}
+
+/// The reader threads: console lines, result lines from the results file (with a result
+/// port), QMP events, and a ticker that also reports Ctrl-C. They end when `stop` is set
+/// (the results reader after a last read) or their source closes.
+fn start_readers(vm: &mut Vm, spec: &VmSpec, stop: &Arc<AtomicBool>) -> Receiver<Input> {
+    let (tx, rx) = mpsc::channel();
+    if let Some(console) = vm.console.take() {
+        let tx = tx.clone();
+        std::thread::spawn(move || console.iter().try_for_each(|l| tx.send(Input::Console(l))));
+    }
+    if let Some(path) = spec.results.clone().filter(|_| spec.has_result_port()) {
+        let (tx, stop) = (tx.clone(), stop.clone());
+        std::thread::spawn(move || results_reader(&path, &tx, &stop));
+    }
+    let qmp_tx = tx.clone();
+    vm.watch_qmp(move |e| {
+        let _ = qmp_tx.send(Input::Qmp(e));
+    });
+    let (interrupted, stop) = (interrupted_flag(), stop.clone());
+    std::thread::spawn(move || {
+        while !stop.load(Ordering::SeqCst) {
+            let input = if interrupted.load(Ordering::SeqCst) { Input::Interrupted } else { Input::Tick };
+            if tx.send(input).is_err() {
+                break;
+            }
+            std::thread::sleep(TICK);
+        }
+    });
+    rx
+}
+
+fn results_reader(path: &Path, tx: &Sender<Input>, stop: &AtomicBool) {
+    let mut tail = LineTail::new(path);
+    loop {
+        let last = stop.load(Ordering::SeqCst);
+        for ev in tail.poll().iter().filter_map(|l| Event::parse_line(l)) {
+            if tx.send(Input::Result(ev)).is_err() {
+                return;
+            }
+        }
+        if last {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Feeds the monitor until it decides, writing and echoing console lines on the way; QEMU's
+/// exit is looked at on every tick.
+fn follow(vm: &mut Vm, rx: &Receiver<Input>, monitor: &mut Monitor, log: &mut impl Write, echo: bool) -> Result<()> {
+    loop {
+        let input = rx.recv().context("the run's readers all ended")?;
+        let tick = input == Input::Tick;
+        if record(monitor, input, log, echo) {
+            return Ok(());
+        }
+        if tick {
+            if let Some(st) = vm.exited()? {
+                let exited = Input::Exited { success: st.success(), status: st.to_string() };
+                if record(monitor, exited, log, echo) {
+                    return Ok(());
+                }
+            }
+        }
+    }
+}
+
+/// One input to the monitor (console lines also to the log and, with `echo`, the reporter).
+fn record(monitor: &mut Monitor, input: Input, log: &mut impl Write, echo: bool) -> bool {
+    if let Input::Console(l) = &input {
+        let _ = writeln!(log, "{l}");
+        if echo {
+            progress::console(l);
+        }
+    }
+    monitor.step(Instant::now(), input)
+}
+
+/// After the stop: what the readers still deliver until they end (or `DRAIN` passes).
+fn drain(rx: &Receiver<Input>, monitor: &mut Monitor, log: &mut impl Write, echo: bool) {
+    let until = Instant::now() + DRAIN;
+    while let Some(left) = until.checked_duration_since(Instant::now()) {
+        match rx.recv_timeout(left) {
+            Ok(Input::Tick | Input::Interrupted) => {}
+            Ok(input) => {
+                record(monitor, input, log, echo);
+            }
+            Err(_) => return,
+        }
+    }
+}
+
+/// Boots and follows one run of the plan `opts.plan` names. Never leaves QEMU running.
+pub fn run(opts: &RunOpts) -> Result<Outcome> {
+    run_plan(&load_plan(&opts.plan)?, opts)
+}
+
+/// Boots and follows one run of `plan` (e.g. one generated by `bench`); `opts.plan` is not
+/// read. Never leaves QEMU running.
+pub fn run_plan(plan: &Plan, opts: &RunOpts) -> Result<Outcome> {
+    let name = if opts.name.is_empty() { format!("{}-{}", opts.board, plan.name) } else { opts.name.clone() };
+    let dir = new_run_dir(&paths::path_safe(&name))?;
+    let prepared = prepare(opts, plan.clone(), &dir)?;
+    let spec = vm_spec(&prepared, opts, &dir, Console::Pipe);
+    interrupted_flag().store(false, Ordering::SeqCst);
+
+    let t0 = Instant::now();
+    let mut vm = Vm::spawn(&spec)?;
+    let mut log = std::io::BufWriter::new(std::fs::File::create(dir.join("console.log"))?);
+    let qmp_ok = vm.connect_qmp(Duration::from_secs(10));
+    let vcpus = if qmp_ok.is_ok() { vm.vcpu_threads().unwrap_or_default() } else { vec![] };
+    if opts.pin {
+        pin_vcpus(&vcpus);
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let rx = start_readers(&mut vm, &spec, &stop);
+    let mut monitor = Monitor::new(&prepared.plan, opts.boot_timeout, t0);
+    let followed = follow(&mut vm, &rx, &mut monitor, &mut log, opts.echo);
+    stop.store(true, Ordering::SeqCst);
+    vm.stop();
+    drain(&rx, &mut monitor, &mut log, opts.echo);
+    log.flush()?;
+    followed?;
+    let run = monitor.finish().context("the run ended without a verdict")?;
+    write_console_results(&spec, &run.events)?;
+    let outcome = outcome(dir, &prepared, run, t0);
+    write_manifest(&outcome.dir, &prepared, &spec, &outcome, &vcpus, opts)?;
+    Ok(outcome)
+}
+
+/// The outcome of a finished run: its events plus KUnit's, splats, the topology check.
+fn outcome(dir: PathBuf, prepared: &Prepared, run: Finished, t0: Instant) -> Outcome {
+    let mut events = run.events;
+    events.extend(ktap::from_console(&run.lines));
+    let topology_mismatches = check_topology(&prepared.board, &events);
+    Outcome {
+        dir,
+        verdict: run.verdict,
+        splats: splat::scan(&run.lines),
+        topology_mismatches,
+        events,
+        boot_s: run.boot_s,
+        wall_s: t0.elapsed().as_secs_f64(),
+        panic_report_s: run.panic_report_s,
+        console_tail: splat::tail(&run.lines, 50),
+    }
+}
+
+fn pin_vcpus(vcpus: &[(i64, i64)]) {
+    let n = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    for (idx, tid) in vcpus {
+        // SAFETY: cpu_set_t is plain data; CPU_ZERO/CPU_SET only write inside it, and
+        // sched_setaffinity reads it for the given thread id.
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET((*idx as usize) % n, &mut set);
+            libc::sched_setaffinity(*tid as libc::pid_t, std::mem::size_of::<libc::cpu_set_t>(), &set);
+        }
+    }
+}
+
+/// Interactive: boots with the console on the terminal and a shell after the plan.
+pub fn shell(opts: &RunOpts) -> Result<()> {
+    let mut plan = load_plan(&opts.plan)?;
+    plan.shell = true;
+    let dir = new_run_dir("shell")?;
+    let prepared = prepare(opts, plan, &dir)?;
+    let spec = vm_spec(&prepared, opts, &dir, Console::Terminal);
+    progress::note(format!("booting {} (Ctrl-A X quits QEMU; `poweroff -f` ends the guest)", prepared.board.name()));
+    let mut vm = Vm::spawn(&spec)?;
+    let st = vm.wait()?;
+    if !st.success() {
+        bail!("QEMU exited with {st}");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn line_tail_reads_whole_lines_only() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("r.jsonl");
+        let mut t = LineTail::new(&p);
+        assert!(t.poll().is_empty());
+        let hello = Event::Hello { kernel: "7.2".into(), uptime_s: 0.5, cmdline: "x".into() }.to_line();
+        let (a, b) = hello.split_at(10);
+        std::fs::write(&p, a).unwrap();
+        assert!(t.poll().is_empty());
+        let mut f = std::fs::OpenOptions::new().append(true).open(&p).unwrap();
+        write!(f, "{b}{}", Event::Done.to_line()).unwrap();
+        let lines = t.poll();
+        assert_eq!(lines.len(), 2);
+        assert_eq!(Event::parse_line(&lines[1]), Some(Event::Done));
+    }
+}

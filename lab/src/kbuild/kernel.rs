@@ -1,0 +1,418 @@
+//! `lab kernel`: cached, incremental, atomic kernel builds per flavor.
+//!
+//! - The O= directory of a flavor is kept, so an edit rebuilds only what it touches.
+//! - Artifacts are published under a content key (kernel pin, fragments, tree state,
+//!   toolchain) by rename, only after make succeeded: an interrupted build never leaves
+//!   something that looks complete, and an unchanged input is a no-op.
+
+use crate::kbuild::kconfig::Fragment;
+use crate::kbuild::pin::{ensure_kernel_deb, Lock};
+use crate::kbuild::setup;
+use crate::kbuild::tree::{self, Series};
+use crate::provision::toolchain::Toolchain;
+use crate::support::fs::{publish_dir, sha256_hex, write_atomic};
+use crate::support::paths;
+use crate::support::process::run_logged;
+use anyhow::{bail, Context, Result};
+use indicatif::{ProgressBar, ProgressStyle};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// Bump when the build recipe changes in a way the inputs don't show.
+const RECIPE: &str = "lab-kernel-v2";
+/// Files published per build.
+const ARTIFACTS: [&str; 4] = ["Image", "vmlinux", ".config", "System.map"];
+/// Published builds kept per flavor.
+const KEEP: usize = 4;
+
+/// Kernel flavors: base.config plus `<flavor>.config`.
+pub fn flavors() -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(paths::kernel_config_dir())
+        .map(|rd| {
+            rd.flatten()
+                .filter_map(|e| e.file_name().to_str()?.strip_suffix(".config").map(str::to_string))
+                .filter(|n| n != "base")
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// The merged fragment for a flavor.
+pub fn fragment(flavor: &str) -> Result<Fragment> {
+    let dir = paths::kernel_config_dir();
+    let f = dir.join(format!("{flavor}.config"));
+    if !f.is_file() {
+        bail!(
+            "unknown kernel flavor {flavor:?}; known: {} (each is kernel-config/<flavor>.config)",
+            flavors().join(", ")
+        );
+    }
+    Ok(Fragment::merge(&[Fragment::load(&dir.join("base.config"))?, Fragment::load(&f)?]))
+}
+
+/// A published build.
+#[derive(Clone, Debug)]
+pub struct Built {
+    pub flavor: String,
+    pub key: String,
+    pub dir: PathBuf,
+}
+
+impl Built {
+    pub fn image(&self) -> PathBuf {
+        self.dir.join("Image")
+    }
+    pub fn config(&self) -> PathBuf {
+        self.dir.join(".config")
+    }
+    pub fn kernel_release(&self) -> String {
+        std::fs::read_to_string(self.dir.join("kernel.release")).unwrap_or_default().trim().to_string()
+    }
+}
+
+/// Cache key of a build: every input that changes the output.
+pub fn cache_key(lock: &Lock, merged: &Fragment, tree_state: &str, toolchain: &str) -> String {
+    let text = format!(
+        "{RECIPE}\n{}={} {}\n--config--\n{}--tree--\n{tree_state}\n--toolchain--\n{toolchain}",
+        lock.kernel.package,
+        lock.kernel.version,
+        lock.kernel.sha256,
+        merged.render()
+    );
+    sha256_hex(text.as_bytes())[..16].to_string()
+}
+
+fn artifacts_dir(cache: &Path, flavor: &str, key: &str) -> PathBuf {
+    cache.join("kernel/artifacts").join(format!("{flavor}-{key}"))
+}
+
+/// Builds (or finds) the kernel for `flavor`.
+pub fn build(flavor: &str) -> Result<Built> {
+    let cache = paths::cache();
+    let merged = fragment(flavor)?;
+    let lock = Lock::load(&Lock::path())?;
+    let series = Series::load(&paths::driver_dir())?;
+    let tc = setup::toolchain(&cache)?;
+    let fingerprint = tc.fingerprint()?;
+    // A published build of the tree as it is needs no tree lock: another flavor may hold it
+    // for minutes while it builds.
+    if let Some(built) = published(&cache, flavor, &lock, &merged, &series, &fingerprint)? {
+        crate::support::progress::note(format!("kernel {flavor} is up to date: {}", built.dir.display()));
+        return Ok(built);
+    }
+    let (src, _tree_lock) = prepared_tree(&cache, &lock, &series, &format!("building kernel {flavor}"))?;
+
+    let state = tree::state_hash(&src)?;
+    let key = cache_key(&lock, &merged, &state, &fingerprint);
+    let out = artifacts_dir(&cache, flavor, &key);
+    let built = Built { flavor: flavor.into(), key: key.clone(), dir: out.clone() };
+    if out.join("Image").is_file() {
+        crate::support::progress::note(format!("kernel {flavor} is up to date: {}", out.display()));
+        return Ok(built);
+    }
+
+    let obj = cache.join("kernel/build").join(flavor);
+    if !obj.exists() {
+        seed_from_sibling(&cache.join("kernel/build"), &obj, &merged)?;
+    }
+    std::fs::create_dir_all(&obj)?;
+    // One build per O= directory at a time; a second caller waits.
+    let lockf = std::fs::File::create(obj.join(".lab-lock"))?;
+    lockf.lock().context("locking the build directory")?;
+
+    configure(&tc, &src, &obj, &merged)?;
+    let t0 = Instant::now();
+    make_with_progress(&tc, &src, &obj, flavor)?;
+    // The key names the tree state before the build: publish only if it still holds (someone
+    // may have edited the tree meanwhile; other lab processes wait for the tree lock).
+    if tree::state_hash(&src)? != state {
+        bail!(
+            "the kernel tree {} changed during the build, so the result matches no known state; \
+             nothing was published. Rerun `cargo make kernel --flavor {flavor}`.",
+            src.display()
+        );
+    }
+    publish(&obj, &out, &tc, &src)?;
+    prune(&cache, flavor, &key);
+    crate::support::progress::note(format!("kernel {flavor} built in {:.0?}: {}", t0.elapsed(), out.display()));
+    Ok(built)
+}
+
+/// Most config lines a sibling may differ by for its O= directory to seed a new flavor's.
+const SEED_MAX_DIFF: usize = 8;
+
+/// Starts a new flavor's O= directory as a copy of the built flavor whose merged fragment is
+/// closest, when that one differs in a few symbols only. kbuild tracks dependencies per config
+/// symbol (include/config/) and the compile lines name the object tree relatively, so the
+/// next make rebuilds only what the difference touches: a C-driver flavor beside perf costs
+/// minutes instead of a full build.
+fn seed_from_sibling(build_root: &Path, obj: &Path, merged: &Fragment) -> Result<()> {
+    let Some((diff, from)) = closest_sibling(build_root, &merged.render()) else { return Ok(()) };
+    // Not while the sibling builds: its build holds the same lock exclusively.
+    let lockf = std::fs::File::create(from.join(".lab-lock"))?;
+    lockf.lock_shared().context("locking the sibling build directory")?;
+    crate::support::progress::note(format!(
+        "seeding {} from {} ({diff} config lines differ)",
+        obj.display(),
+        from.display()
+    ));
+    publish_dir(obj, |tmp| {
+        let st = Command::new("cp").args(["-a", "--reflink=auto"]).arg(from.join(".")).arg(tmp).status()?;
+        if !st.success() {
+            bail!("copying {} to {} failed ({st})", from.display(), tmp.display());
+        }
+        // The copy must configure afresh for its own fragment.
+        let _ = std::fs::remove_file(tmp.join(".lab-config.sha256"));
+        Ok(())
+    })
+}
+
+/// The built O= directory under `build_root` whose merged fragment differs least from `want`
+/// (by lines), if it differs by at most SEED_MAX_DIFF; ties go to the first name.
+fn closest_sibling(build_root: &Path, want: &str) -> Option<(usize, PathBuf)> {
+    let lines = |t: &str| t.lines().map(str::to_string).collect::<std::collections::BTreeSet<_>>();
+    let want = lines(want);
+    // Hidden names are copies in progress (support::fs::publish_dir).
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(build_root)
+        .ok()?
+        .flatten()
+        .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+        .map(|e| e.path())
+        .collect();
+    dirs.sort();
+    let mut best: Option<(usize, PathBuf)> = None;
+    for dir in dirs {
+        let Ok(text) = std::fs::read_to_string(dir.join("lab-merged.config")) else { continue };
+        if !dir.join("vmlinux").is_file() {
+            continue; // never built to the end
+        }
+        let diff = want.symmetric_difference(&lines(&text)).count();
+        if diff <= SEED_MAX_DIFF && best.as_ref().is_none_or(|(d, _)| diff < *d) {
+            best = Some((diff, dir));
+        }
+    }
+    best
+}
+
+/// The published build of `flavor` for this checkout, found without the tree lock. When the
+/// tree carries `series`, for the tree as it is (read twice: no other process is changing
+/// it); when it carries another checkout's series, for the clean state a sync to `series`
+/// recorded before. Either way the key names what a locked sync and build would name.
+pub fn published(
+    cache: &Path,
+    flavor: &str,
+    lock: &Lock,
+    merged: &Fragment,
+    series: &Series,
+    fingerprint: &str,
+) -> Result<Option<Built>> {
+    let src = tree::tree_dir(cache, lock);
+    let state = match tree::settled_state(&src, series)? {
+        Some(s) => s,
+        None if !tree::carries(&src, series)? => match tree::recorded_state(&src, series)? {
+            Some(s) => s,
+            None => return Ok(None),
+        },
+        None => return Ok(None),
+    };
+    let key = cache_key(lock, merged, &state, fingerprint);
+    let dir = artifacts_dir(cache, flavor, &key);
+    Ok(dir.join("Image").is_file().then(|| Built { flavor: flavor.into(), key, dir }))
+}
+
+/// The kernel tree carrying the series, provisioning what is missing. The tree is shared by
+/// every checkout on the machine: hold the returned lock for as long as the tree must stay
+/// at this series (a build, a check); `purpose` tells waiting processes why it is held.
+pub fn prepared_tree(cache: &Path, lock: &Lock, series: &Series, purpose: &str) -> Result<(PathBuf, std::fs::File)> {
+    let deb = ensure_kernel_deb(cache, lock)?;
+    let src = tree::ensure_unpacked(cache, lock, &deb)?;
+    let guard = tree::lock(cache, purpose)?;
+    tree::sync_series(&src, series)?;
+    Ok((src, guard))
+}
+
+/// allnoconfig + the merged fragment, then olddefconfig, then a check that kconfig kept
+/// every symbol asked for. Skipped when the fragment is unchanged since the last run.
+pub fn configure(tc: &Toolchain, src: &Path, obj: &Path, merged: &Fragment) -> Result<()> {
+    let rendered = merged.render();
+    let stamp = obj.join(".lab-config.sha256");
+    let want = sha256_hex(rendered.as_bytes());
+    if std::fs::read_to_string(&stamp).ok().as_deref() == Some(want.as_str()) && obj.join(".config").is_file() {
+        return Ok(());
+    }
+    let allconfig = obj.join("lab-merged.config");
+    write_atomic(&allconfig, rendered.as_bytes())?;
+    let log = obj.join("config.log");
+    run_logged(
+        tc.make(src, obj).arg(format!("KCONFIG_ALLCONFIG={}", allconfig.display())).arg("allnoconfig"),
+        &log,
+        |_| {},
+    )?;
+    run_logged(tc.make(src, obj).arg("olddefconfig"), &obj.join("olddefconfig.log"), |_| {})?;
+    let dot = std::fs::read_to_string(obj.join(".config"))?;
+    let bad = merged.check(&dot);
+    if !bad.is_empty() {
+        bail!(
+            "kconfig dropped or changed {} symbol(s) asked for by the fragments (usually an unmet dependency):\n  {}\nFix the fragment in kernel-config/ (see `make menuconfig` help for the symbol's depends on).",
+            bad.len(),
+            bad.join("\n  ")
+        );
+    }
+    write_atomic(&stamp, want.as_bytes())
+}
+
+fn make_with_progress(tc: &Toolchain, src: &Path, obj: &Path, flavor: &str) -> Result<()> {
+    let jobs = std::thread::available_parallelism().map(|n| n.get() + 1).unwrap_or(2);
+    let pb = ProgressBar::new_spinner();
+    pb.set_style(ProgressStyle::with_template("{spinner} kernel {prefix} [{elapsed}] {pos} objects  {msg}").unwrap());
+    pb.set_prefix(flavor.to_string());
+    pb.enable_steady_tick(Duration::from_millis(200));
+    let log = obj.join("build.log");
+    let res = run_logged(tc.make(src, obj).arg(format!("-j{jobs}")).args(["Image", "vmlinux"]), &log, |line| {
+        // kbuild's quiet lines: "  CC      mm/mmap.o", "  RUSTC L rust/core.o", "  LD      vmlinux".
+        let t = line.trim_start();
+        if let Some((stage, rest)) = t.split_once(char::is_whitespace) {
+            if stage.chars().all(|c| c.is_ascii_uppercase() || c == '_') && stage.len() <= 8 {
+                pb.inc(1);
+                pb.set_message(format!("{stage} {}", rest.trim()));
+            }
+        }
+    });
+    pb.finish_and_clear();
+    res
+}
+
+/// Copies the outputs into a temporary directory and renames it into place.
+fn publish(obj: &Path, out: &Path, tc: &Toolchain, src: &Path) -> Result<()> {
+    publish_dir(out, |tmp| {
+        for f in ARTIFACTS {
+            let from = if f == "Image" { obj.join("arch/arm64/boot/Image") } else { obj.join(f) };
+            std::fs::copy(&from, tmp.join(f)).with_context(|| format!("copying {}", from.display()))?;
+        }
+        let release = tc.make(src, obj).arg("-s").arg("kernelrelease").output()?;
+        std::fs::write(tmp.join("kernel.release"), &release.stdout)?;
+        for f in std::fs::read_dir(tmp)?.flatten() {
+            std::fs::File::open(f.path())?.sync_all()?;
+        }
+        Ok(())
+    })
+}
+
+/// Keeps the newest few published builds of a flavor.
+fn prune(cache: &Path, flavor: &str, keep_key: &str) {
+    crate::support::process::prune_builds(&cache.join("kernel/artifacts"), &format!("{flavor}-"), keep_key, KEEP);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kbuild::pin::KernelPin;
+
+    const PINNED_KEY: &str = "bb6914c70394e1a7";
+
+    fn lock() -> Lock {
+        Lock {
+            kernel: KernelPin {
+                package: "p".into(),
+                version: "7.2.1-1".into(),
+                suite: "sid".into(),
+                sha256: "0".repeat(64),
+            },
+        }
+    }
+
+    #[test]
+    fn cache_key_is_stable_and_sensitive() {
+        let f = Fragment::parse("CONFIG_A=y\n", "a").unwrap();
+        let k = cache_key(&lock(), &f, "tree1", "rustc 1.95");
+        assert_eq!(k, cache_key(&lock(), &f, "tree1", "rustc 1.95"));
+        assert_eq!(k.len(), 16);
+        // Fixed value: the key must not depend on the machine, map order, or time.
+        assert_eq!(
+            k,
+            cache_key(&lock(), &Fragment::parse("# x\nCONFIG_A=y\n", "other").unwrap(), "tree1", "rustc 1.95")
+        );
+        assert_ne!(k, cache_key(&lock(), &f, "tree2", "rustc 1.95"));
+        assert_ne!(k, cache_key(&lock(), &f, "tree1", "rustc 1.96"));
+        assert_ne!(k, cache_key(&lock(), &Fragment::parse("CONFIG_A=n\n", "a").unwrap(), "tree1", "rustc 1.95"));
+        let mut l = lock();
+        l.kernel.version = "7.2.2-1".into();
+        assert_ne!(k, cache_key(&l, &f, "tree1", "rustc 1.95"));
+    }
+
+    #[test]
+    fn cache_key_value_is_pinned() {
+        // Published kernels are keyed by this: a change rebuilds every flavor everywhere.
+        let f = Fragment::parse("CONFIG_A=y\n", "a").unwrap();
+        assert_eq!(cache_key(&lock(), &f, "tree1", "rustc 1.95"), PINNED_KEY);
+    }
+
+    #[test]
+    fn published_build_is_found_without_the_tree_lock() {
+        let d = tempfile::tempdir().unwrap();
+        let cache = d.path().join("cache");
+        let src = tree::tree_dir(&cache, &lock());
+        let series = crate::kbuild::tree::tests::synced_tree(&src, &d.path().join("rust-driver"));
+        let merged = fragment("perf").unwrap();
+        let key = cache_key(&lock(), &merged, &tree::state_hash(&src).unwrap(), "tc");
+        std::fs::create_dir_all(artifacts_dir(&cache, "perf", &key)).unwrap();
+        std::fs::write(artifacts_dir(&cache, "perf", &key).join("Image"), "").unwrap();
+        // Another process holds the tree lock (e.g. building another flavor).
+        let _held = tree::lock(&cache, "building kernel debug").unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (c, m, s) = (cache.clone(), merged.clone(), series.clone());
+        std::thread::spawn(move || tx.send(published(&c, "perf", &lock(), &m, &s, "tc").map_err(|e| format!("{e:#}"))));
+        let got = rx.recv_timeout(std::time::Duration::from_secs(20)).expect("published() waited for the tree lock");
+        assert_eq!(got.unwrap().map(|b| b.key), Some(key.clone()));
+        // An edit in the tree names another state: no published build for it.
+        std::fs::write(src.join("drivers/a.rs"), "edited\n").unwrap();
+        assert!(published(&cache, "perf", &lock(), &merged, &series, "tc").unwrap().is_none());
+        // Nor for a series the tree never carried.
+        std::fs::write(src.join("drivers/a.rs"), "fn a() {}\n").unwrap();
+        let other_dir = d.path().join("other-driver");
+        std::fs::create_dir_all(&other_dir).unwrap();
+        std::fs::write(other_dir.join("0001-x.patch"), "x\n").unwrap();
+        std::fs::write(other_dir.join("series"), "0001-x.patch\n").unwrap();
+        let other = Series::load(&other_dir).unwrap();
+        assert!(published(&cache, "perf", &lock(), &merged, &other, "tc").unwrap().is_none());
+        // While the tree carries another checkout's series, ours is still found by the clean
+        // state its last sync recorded.
+        crate::kbuild::tree::tests::stamp_as(&src, &other);
+        assert_eq!(published(&cache, "perf", &lock(), &merged, &series, "tc").unwrap().map(|b| b.key), Some(key));
+    }
+
+    #[test]
+    fn closest_built_sibling_seeds_a_new_flavor() {
+        let root = tempfile::tempdir().unwrap();
+        let mk = |name: &str, cfg: &str, built: bool| {
+            let d = root.path().join(name);
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(d.join("lab-merged.config"), cfg).unwrap();
+            if built {
+                std::fs::write(d.join("vmlinux"), "").unwrap();
+            }
+        };
+        let base: String = (0..40).map(|i| format!("CONFIG_S{i}=y\n")).collect();
+        mk("perf", &format!("{base}CONFIG_P=y\n"), true);
+        mk("half", &format!("{base}CONFIG_C=y\n"), false);
+        mk("debug", &format!("{base}{}", (0..20).map(|i| format!("CONFIG_D{i}=y\n")).collect::<String>()), true);
+        let want = format!("{base}CONFIG_C=y\n");
+        let (diff, dir) = closest_sibling(root.path(), &want).expect("perf is close");
+        assert_eq!((diff, dir.file_name().unwrap().to_str().unwrap()), (2, "perf"));
+        // Too different: a full build is as cheap as a copy.
+        let far = format!("{base}{}", (0..9).map(|i| format!("CONFIG_F{i}=y\n")).collect::<String>());
+        assert_eq!(closest_sibling(root.path(), &far).map(|(_, d)| d), None);
+    }
+
+    #[test]
+    fn flavors_are_listed() {
+        let f = flavors();
+        assert!(f.contains(&"perf".to_string()) && f.contains(&"debug".to_string()), "{f:?}");
+        assert!(fragment("nope").unwrap_err().to_string().contains("unknown kernel flavor"));
+        let perf = fragment("perf").unwrap();
+        assert_eq!(perf.values["CONFIG_ANDROID_BINDER_IPC_RUST"], "y");
+    }
+}

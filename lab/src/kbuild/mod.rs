@@ -1,0 +1,11 @@
+//! Stage 2: the kernel and the lab QEMU (`qemu`: its tree, keyed build and plugins). The pin (`kernel.lock`) and its download, the merged config
+//! fragments, the shared git tree carrying `rust-driver/`, the keyed atomic build, and the
+//! series' style checks. Imports `provision` and `support`.
+
+pub mod driver_check;
+pub mod kconfig;
+pub mod kernel;
+pub mod pin;
+pub mod qemu;
+pub mod setup;
+pub mod tree;

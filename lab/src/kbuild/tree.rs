@@ -1,0 +1,574 @@
+//! A prepared source tree: the unpacked tarball as a base commit, then one commit per
+//! patch of a series (`rust-driver/series` on the kernel, `qemu/series` on QEMU). Developers
+//! edit and commit there, and the export command turns the commits back into the series.
+
+use crate::kbuild::pin::Lock;
+use crate::support::fs::{sha256_hex, write_atomic};
+use crate::support::paths;
+use crate::support::process::output;
+use anyhow::{bail, Context, Result};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Branch holding the pristine tarball; the series sits on `lab`.
+pub const BASE_BRANCH: &str = "base";
+pub const WORK_BRANCH: &str = "lab";
+/// Fixed identity and date so the same inputs give the same commit ids everywhere.
+const IDENT: [(&str, &str); 4] = [
+    ("GIT_AUTHOR_NAME", "binder-lab"),
+    ("GIT_AUTHOR_EMAIL", "lab@localhost"),
+    ("GIT_COMMITTER_NAME", "binder-lab"),
+    ("GIT_COMMITTER_EMAIL", "lab@localhost"),
+];
+const EPOCH: &str = "2000-01-01T00:00:00Z";
+
+pub fn tree_dir(cache: &Path, lock: &Lock) -> PathBuf {
+    cache.join("kernel/src").join(format!("linux-{}", paths::path_safe(&lock.kernel.version)))
+}
+
+/// `git` in the lab's trees: fixed identity, and neither the system's nor the user's
+/// configuration (`commit.gpgsign`, `format.signOff`, hooks, ... would change commit ids
+/// and the exported patches). Read-only commands take no optional locks, so reading the
+/// tree never disturbs another process that is changing it.
+pub fn git(dir: &Path) -> Command {
+    let mut c = Command::new("git");
+    c.current_dir(dir)
+        .envs(IDENT)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_OPTIONAL_LOCKS", "0")
+        .args(["-c", "core.autocrlf=false", "-c", "advice.detachedHead=false"]);
+    c
+}
+
+fn git_out(dir: &Path, args: &[&str]) -> Result<String> {
+    Ok(output(git(dir).args(args))?.trim_end().to_string())
+}
+
+fn unpacked(dir: &Path) -> bool {
+    dir.join(".git/lab-base").is_file()
+}
+
+/// Unpacks the kernel .deb once into a git repository with the base commit. The first
+/// process to get here unpacks (under the tree lock, into a private temporary directory);
+/// others wait for it and then find the tree.
+pub fn ensure_unpacked(cache: &Path, lock: &Lock, deb: &Path) -> Result<PathBuf> {
+    let dir = tree_dir(cache, lock);
+    if unpacked(&dir) {
+        return Ok(dir);
+    }
+    let _guard = self::lock(cache, "unpacking the kernel source")?;
+    if unpacked(&dir) {
+        return Ok(dir);
+    }
+    crate::support::progress::note(format!("unpacking {} into {} (about a minute)", deb.display(), dir.display()));
+    // A tree without the base stamp is an unfinished one from an older lab: it is replaced.
+    crate::support::fs::publish_dir(&dir, |tmp| unpack_into(tmp, lock, deb))?;
+    Ok(dir)
+}
+
+fn unpack_into(tmp: &Path, lock: &Lock, deb: &Path) -> Result<()> {
+    let tarball = format!("./usr/src/{}.tar.xz", lock.kernel.package);
+    let script =
+        format!("dpkg-deb --fsys-tarfile \"$1\" | tar -xO '{tarball}' | tar -xJ --strip-components=1 -C \"$2\"");
+    let st = Command::new("sh").args(["-c", &script, "sh"]).arg(deb).arg(tmp).status()?;
+    if !st.success() {
+        bail!("unpacking {tarball} from {} failed", deb.display());
+    }
+    commit_base(tmp, &format!("{} {}", lock.kernel.package, lock.kernel.version))
+}
+
+/// Turns the unpacked source in `dir` into a prepared tree: a git repository whose base
+/// commit (fixed identity and date, so the same source gives the same id) holds all of it,
+/// with the work branch checked out and the base recorded.
+pub fn commit_base(dir: &Path, msg: &str) -> Result<()> {
+    output(git(dir).args(["init", "-q", "-b", BASE_BRANCH]))?;
+    output(git(dir).args(["add", "-A", "-f", "."]))?;
+    output(git(dir).env("GIT_AUTHOR_DATE", EPOCH).env("GIT_COMMITTER_DATE", EPOCH).args(["commit", "-q", "-m", msg]))?;
+    output(git(dir).args(["branch", WORK_BRANCH]))?;
+    output(git(dir).args(["checkout", "-q", WORK_BRANCH]))?;
+    let base = git_out(dir, &["rev-parse", "HEAD"])?;
+    write_atomic(&dir.join(".git/lab-base"), base.as_bytes())
+}
+
+/// How a series' messages name it: its folder and the commands that export and reset it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Names {
+    pub folder: &'static str,
+    pub export: &'static str,
+    pub reset: &'static str,
+    pub base: &'static str,
+}
+
+pub const KERNEL: Names =
+    Names { folder: "rust-driver/", export: "driver-export", reset: "driver-reset", base: "the pinned kernel" };
+
+/// The series: `series` lists patch files, one per line (`#` comments allowed).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Series {
+    pub dir: PathBuf,
+    pub patches: Vec<String>,
+    pub names: Names,
+}
+
+impl Series {
+    /// The kernel's series (`rust-driver/`).
+    pub fn load(dir: &Path) -> Result<Series> {
+        Series::load_named(dir, KERNEL)
+    }
+
+    pub fn load_named(dir: &Path, names: Names) -> Result<Series> {
+        let path = dir.join("series");
+        let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+        let patches: Vec<String> =
+            text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')).map(str::to_string).collect();
+        for p in &patches {
+            if !dir.join(p).is_file() {
+                bail!("{}: lists {p}, which does not exist in {}", path.display(), dir.display());
+            }
+        }
+        Ok(Series { dir: dir.to_path_buf(), patches, names })
+    }
+
+    /// Content hash of the whole series: names and bytes, in order.
+    pub fn hash(&self) -> Result<String> {
+        let mut all = vec![];
+        for p in &self.patches {
+            all.extend_from_slice(p.as_bytes());
+            all.push(0);
+            all.extend(std::fs::read(self.dir.join(p))?);
+        }
+        Ok(sha256_hex(&all))
+    }
+}
+
+fn stamp(tree: &Path, name: &str) -> Option<String> {
+    std::fs::read_to_string(tree.join(".git").join(name)).ok().map(|s| s.trim().to_string())
+}
+
+fn set_stamps(tree: &Path, series_hash: &str) -> Result<()> {
+    let head = git_out(tree, &["rev-parse", "HEAD"])?;
+    write_atomic(&tree.join(".git/lab-series"), series_hash.as_bytes())?;
+    // Commit ids are deterministic (fixed identity and dates): the series always yields this
+    // HEAD. Kept per series, so that a checkout whose series the tree does not carry right
+    // now still knows the key of its clean build.
+    write_atomic(&tree.join(".git/lab-series-heads").join(series_hash), head.as_bytes())?;
+    write_atomic(&tree.join(".git/lab-head"), head.as_bytes())
+}
+
+/// The lock on the shared kernel tree: one lab process at a time unpacks it, syncs it to
+/// its series and builds from it. `purpose` (e.g. "building kernel debug") is recorded for
+/// the processes that have to wait, which say what they wait for.
+pub fn lock(cache: &Path, purpose: &str) -> Result<std::fs::File> {
+    lock_in(&cache.join("kernel/src"), "kernel", purpose)
+}
+
+/// The lock on the trees in `dir` (`what`: kernel, QEMU), as [`lock`].
+pub fn lock_in(dir: &Path, what: &str, purpose: &str) -> Result<std::fs::File> {
+    std::fs::create_dir_all(dir)?;
+    let f = std::fs::File::create(dir.join(".lab-tree.lock"))?;
+    let holder = dir.join(".lab-tree.lock.holder");
+    if f.try_lock().is_err() {
+        let who = std::fs::read_to_string(&holder).unwrap_or_default();
+        let who = if who.trim().is_empty() { "another lab process".to_string() } else { who.trim().to_string() };
+        crate::support::progress::note(format!("{purpose}: waiting for the {what} tree, held by {who}"));
+        f.lock().with_context(|| format!("locking the {what} tree"))?;
+    }
+    let me = format!("pid {} ({purpose}, since {})\n", std::process::id(), crate::support::stamp::rfc3339_now());
+    let _ = write_atomic(&holder, me.as_bytes());
+    Ok(f)
+}
+
+/// Makes the tree carry exactly the series, unless it already does. Work the developer has
+/// not exported (uncommitted edits or new commits) is never thrown away.
+pub fn sync_series(tree: &Path, series: &Series) -> Result<()> {
+    let want = series.hash()?;
+    if stamp(tree, "lab-series").as_deref() == Some(want.as_str()) {
+        return Ok(());
+    }
+    let head = git_out(tree, &["rev-parse", "HEAD"])?;
+    let dirty = git_out(tree, &["status", "--porcelain", "--untracked-files=no"])?;
+    let recorded = stamp(tree, "lab-head").or_else(|| stamp(tree, "lab-base"));
+    if !dirty.is_empty() || recorded.as_deref() != Some(head.as_str()) {
+        let n = &series.names;
+        bail!(
+            "{f} changed, but the tree {} has work that is not in {f} yet \
+             ({}).\nKeep it: commit it there and run `cargo make {}`, then merge with your {f} change.\n\
+             Or drop it: `cargo make {}` re-applies {f} from scratch.",
+            tree.display(),
+            if dirty.is_empty() { "commits not exported" } else { "uncommitted changes" },
+            n.export,
+            n.reset,
+            f = n.folder,
+        );
+    }
+    apply_series(tree, series)?;
+    set_stamps(tree, &want)
+}
+
+/// Resets the work branch to the base commit and applies every patch as one commit.
+fn apply_series(tree: &Path, series: &Series) -> Result<()> {
+    let base = stamp(tree, "lab-base").context("tree has no base stamp; delete it and rerun")?;
+    let previous = git_out(tree, &["rev-parse", "HEAD"])?;
+    output(git(tree).args(["checkout", "-q", "-f", "-B", WORK_BRANCH, &base]))?;
+    for p in &series.patches {
+        let path = series.dir.join(p);
+        let res = git(tree)
+            .args(["am", "-q", "--committer-date-is-author-date", "--no-3way", "--keep-cr"])
+            .arg(&path)
+            .output()?;
+        if !res.status.success() {
+            let text = format!("{}{}", String::from_utf8_lossy(&res.stdout), String::from_utf8_lossy(&res.stderr));
+            let failing: Vec<&str> = text
+                .lines()
+                .filter(|l| l.starts_with("error:") || l.contains("patch failed") || l.contains("does not exist"))
+                .collect();
+            let n = &series.names;
+            let restored = match restore(tree, &previous) {
+                Ok(()) => "The tree was left as it was before.".to_string(),
+                Err(why) => format!(
+                    "Restoring the tree {} to {previous} failed too ({why}); run `cargo make {}` once the cause is fixed.",
+                    tree.display(),
+                    n.reset
+                ),
+            };
+            bail!(
+                "patch {}{p} does not apply to {}:\n{}\n{restored} Fix or rebase the patch (edit it in the tree and `cargo make {}`).",
+                n.folder,
+                n.base,
+                if failing.is_empty() { text.trim().to_string() } else { failing.join("\n") },
+                n.export
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Aborts a failed `git am` and puts the work branch back at `previous`, then checks that it
+/// is there: no `am` in progress, HEAD at `previous`, no changes to tracked files.
+fn restore(tree: &Path, previous: &str) -> std::result::Result<(), String> {
+    let _ = git(tree).args(["am", "--abort"]).output();
+    let co = git(tree).args(["checkout", "-q", "-f", "-B", WORK_BRANCH, previous]).output();
+    let co_err = match co {
+        Ok(o) if o.status.success() => String::new(),
+        Ok(o) => String::from_utf8_lossy(&o.stderr).trim().to_string(),
+        Err(e) => e.to_string(),
+    };
+    let mut wrong = vec![];
+    if tree.join(".git/rebase-apply").exists() {
+        wrong.push("a `git am` is still in progress".to_string());
+    }
+    match git_out(tree, &["rev-parse", "HEAD"]) {
+        Ok(head) if head == previous => {}
+        Ok(head) => wrong.push(format!("HEAD is {head}")),
+        Err(e) => wrong.push(format!("HEAD unreadable: {e:#}")),
+    }
+    match git_out(tree, &["status", "--porcelain", "--untracked-files=no"]) {
+        Ok(st) if st.is_empty() => {}
+        Ok(st) => wrong.push(format!("tracked files differ: {}", st.lines().take(5).collect::<Vec<_>>().join(", "))),
+        Err(e) => wrong.push(format!("status unreadable: {e:#}")),
+    }
+    if wrong.is_empty() {
+        return Ok(());
+    }
+    if !co_err.is_empty() {
+        wrong.push(format!("checkout said: {co_err}"));
+    }
+    Err(wrong.join("; "))
+}
+
+/// Throws away tree work and re-applies the series.
+pub fn reset(tree: &Path, series: &Series) -> Result<()> {
+    apply_series(tree, series)?;
+    set_stamps(tree, &series.hash()?)
+}
+
+/// Writes the tree's commits since the base back as the series (exact round trip with
+/// `sync_series`). Files not produced here (a cover letter) are left alone.
+pub fn export(tree: &Path, dir: &Path) -> Result<Vec<String>> {
+    export_named(tree, dir, KERNEL, "cargo make kernel")
+}
+
+/// [`export`] for any series; `applied_by` names the command that applies it.
+pub fn export_named(tree: &Path, dir: &Path, names: Names, applied_by: &str) -> Result<Vec<String>> {
+    let base = stamp(tree, "lab-base").context("tree has no base stamp")?;
+    let dirty = git_out(tree, &["status", "--porcelain", "--untracked-files=no"])?;
+    if !dirty.is_empty() {
+        crate::support::progress::note(format!(
+            "note: uncommitted changes in {} are not exported:\n{dirty}",
+            tree.display()
+        ));
+    }
+    let old = Series::load(dir).map(|s| s.patches).unwrap_or_default();
+    let staged = tempfile::Builder::new().prefix(".export.").tempdir_in(dir)?;
+    let tmp = staged.path();
+    output(git(tree).args(format_patch_args()).arg("-o").arg(tmp).arg(format!("{base}..HEAD")))?;
+    let mut patches: Vec<String> =
+        std::fs::read_dir(&tmp)?.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+    patches.sort();
+    for p in &old {
+        let _ = std::fs::remove_file(dir.join(p));
+    }
+    for n in &patches {
+        std::fs::rename(tmp.join(n), dir.join(n))?;
+    }
+    let mut series = format!("# Applied in order on {} by `{applied_by}`.\n", names.base);
+    for n in &patches {
+        series.push_str(n);
+        series.push('\n');
+    }
+    write_atomic(&dir.join("series"), series.as_bytes())?;
+    set_stamps(tree, &Series::load_named(dir, names)?.hash()?)?;
+    Ok(patches)
+}
+
+/// Options chosen so format-patch output does not depend on the machine or the commit ids.
+fn format_patch_args() -> [&'static str; 6] {
+    ["format-patch", "-q", "--zero-commit", "--full-index", "--no-signature", "--no-binary"]
+}
+
+/// Whether the tree is unpacked and its last sync was to `series`.
+pub fn carries(tree: &Path, series: &Series) -> Result<bool> {
+    Ok(unpacked(tree) && stamp(tree, "lab-series").as_deref() == Some(series.hash()?.as_str()))
+}
+
+/// The tree's state (as [`state_hash`]) if it already carries `series` and nothing changes
+/// it while it is read: the lock-free way to find a published build. None when the tree is
+/// not unpacked, carries another series, or moved between two reads.
+pub fn settled_state(tree: &Path, series: &Series) -> Result<Option<String>> {
+    if !carries(tree, series)? {
+        return Ok(None);
+    }
+    let first = state_hash(tree)?;
+    let second = state_hash(tree)?;
+    Ok((carries(tree, series)? && first == second).then_some(first))
+}
+
+/// The state (as [`state_hash`]) the tree would have right after syncing to `series`, if a
+/// sync to it was ever recorded: the HEAD it gave, with no edits. Read without any lock.
+pub fn recorded_state(tree: &Path, series: &Series) -> Result<Option<String>> {
+    Ok(std::fs::read_to_string(tree.join(".git/lab-series-heads").join(series.hash()?))
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty()))
+}
+
+/// State of the tree for the cache key: HEAD plus any uncommitted edits.
+pub fn state_hash(tree: &Path) -> Result<String> {
+    let head = git_out(tree, &["rev-parse", "HEAD"])?;
+    let status = git_out(tree, &["status", "--porcelain", "--untracked-files=all"])?;
+    if status.is_empty() {
+        return Ok(head);
+    }
+    let mut all = head.into_bytes();
+    all.extend(git(tree).args(["diff", "HEAD", "--binary"]).output()?.stdout);
+    for line in status.lines().filter(|l| l.starts_with("??")) {
+        let f = &line[3..];
+        all.extend_from_slice(f.as_bytes());
+        all.extend(std::fs::read(tree.join(f)).unwrap_or_default());
+    }
+    Ok(sha256_hex(&all))
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A prepared tree at `dir` that carries the (empty) series in `series_dir`.
+    pub(crate) fn synced_tree(dir: &Path, series_dir: &Path) -> Series {
+        std::fs::create_dir_all(dir.join("drivers")).unwrap();
+        std::fs::create_dir_all(series_dir).unwrap();
+        std::fs::write(dir.join("drivers/a.rs"), "fn a() {}\n").unwrap();
+        std::fs::write(series_dir.join("series"), "").unwrap();
+        output(git(dir).args(["init", "-q", "-b", WORK_BRANCH])).unwrap();
+        output(git(dir).args(["add", "-A"])).unwrap();
+        output(git(dir).args(["commit", "-q", "-m", "base"])).unwrap();
+        let base = git_out(dir, &["rev-parse", "HEAD"]).unwrap();
+        std::fs::write(dir.join(".git/lab-base"), base).unwrap();
+        let series = Series::load(series_dir).unwrap();
+        set_stamps(dir, &series.hash().unwrap()).unwrap();
+        series
+    }
+
+    /// Marks the tree as carrying `series` (as a sync by another checkout would).
+    pub(crate) fn stamp_as(tree: &Path, series: &Series) {
+        std::fs::write(tree.join(".git/lab-series"), series.hash().unwrap()).unwrap();
+    }
+
+    /// A small base repo laid out like a prepared tree.
+    fn fixture() -> (tempfile::TempDir, PathBuf, PathBuf) {
+        let d = tempfile::tempdir().unwrap();
+        let tree = d.path().join("tree");
+        let series = d.path().join("series-dir");
+        std::fs::create_dir_all(tree.join("drivers")).unwrap();
+        std::fs::create_dir_all(&series).unwrap();
+        std::fs::write(tree.join("drivers/a.rs"), "fn a() {}\n").unwrap();
+        output(git(&tree).args(["init", "-q", "-b", BASE_BRANCH])).unwrap();
+        output(git(&tree).args(["add", "-A"])).unwrap();
+        output(
+            git(&tree)
+                .env("GIT_AUTHOR_DATE", EPOCH)
+                .env("GIT_COMMITTER_DATE", EPOCH)
+                .args(["commit", "-q", "-m", "base"]),
+        )
+        .unwrap();
+        output(git(&tree).args(["checkout", "-q", "-b", WORK_BRANCH])).unwrap();
+        let base = git_out(&tree, &["rev-parse", "HEAD"]).unwrap();
+        std::fs::write(tree.join(".git/lab-base"), base).unwrap();
+        std::fs::write(series.join("series"), "").unwrap();
+        (d, tree, series)
+    }
+
+    fn commit(tree: &Path, file: &str, text: &str, msg: &str) {
+        std::fs::write(tree.join(file), text).unwrap();
+        output(git(tree).args(["commit", "-q", "-a", "-m", msg])).unwrap();
+    }
+
+    #[test]
+    fn export_apply_round_trip_is_exact() {
+        let (_d, tree, dir) = fixture();
+        commit(&tree, "drivers/a.rs", "fn a() { b() }\n", "rust_binder: one\n\nWhy one.");
+        commit(&tree, "drivers/a.rs", "fn a() { c() }\n", "rust_binder: two\n\nWhy two.");
+        let names = export(&tree, &dir).unwrap();
+        assert_eq!(names, ["0001-rust_binder-one.patch", "0002-rust_binder-two.patch"]);
+        let before: Vec<Vec<u8>> = names.iter().map(|n| std::fs::read(dir.join(n)).unwrap()).collect();
+
+        // Re-apply from scratch, export again: same bytes, same commit ids.
+        reset(&tree, &Series::load(&dir).unwrap()).unwrap();
+        assert_eq!(std::fs::read_to_string(tree.join("drivers/a.rs")).unwrap(), "fn a() { c() }\n");
+        let again = export(&tree, &dir).unwrap();
+        assert_eq!(again, names);
+        let after: Vec<Vec<u8>> = names.iter().map(|n| std::fs::read(dir.join(n)).unwrap()).collect();
+        assert_eq!(before, after);
+    }
+
+    #[test]
+    fn failing_patch_is_named_and_tree_kept() {
+        let (_d, tree, dir) = fixture();
+        commit(&tree, "drivers/a.rs", "fn a() { b() }\n", "rust_binder: one");
+        export(&tree, &dir).unwrap();
+        let p = dir.join("0001-rust_binder-one.patch");
+        let broken = std::fs::read_to_string(&p).unwrap().replace("-fn a() {}", "-fn zzz() {}");
+        std::fs::write(&p, broken).unwrap();
+        let head = git_out(&tree, &["rev-parse", "HEAD"]).unwrap();
+        let e = sync_series(&tree, &Series::load(&dir).unwrap()).unwrap_err().to_string();
+        assert!(e.contains("rust-driver/0001-rust_binder-one.patch does not apply"), "{e}");
+        assert!(e.contains("drivers/a.rs"), "{e}");
+        assert_eq!(git_out(&tree, &["rev-parse", "HEAD"]).unwrap(), head);
+    }
+
+    #[test]
+    fn failed_restore_is_reported_not_claimed() {
+        let (_d, tree, dir) = fixture();
+        commit(&tree, "drivers/a.rs", "fn a() { b() }\n", "rust_binder: one");
+        export(&tree, &dir).unwrap();
+        // A hook that fails the patch and leaves the index locked: restoring cannot work.
+        let hook = tree.join(".git/hooks/pre-applypatch");
+        std::fs::create_dir_all(hook.parent().unwrap()).unwrap();
+        std::fs::write(&hook, "#!/bin/sh\ntouch \"$(git rev-parse --git-dir)/index.lock\"\nexit 1\n").unwrap();
+        std::fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        let e = reset(&tree, &Series::load(&dir).unwrap()).unwrap_err().to_string();
+        assert!(e.contains("does not apply"), "{e}");
+        assert!(!e.contains("left as it was before"), "{e}");
+        assert!(e.contains("Restoring the tree") && e.contains("driver-reset"), "{e}");
+    }
+
+    #[test]
+    fn user_git_config_is_ignored() {
+        let (d, tree, _dir) = fixture();
+        let home = d.path().join("home");
+        std::fs::create_dir_all(home.join(".config/git")).unwrap();
+        let cfg = "[format]\n\tsignOff = true\n[commit]\n\tgpgSign = true\n";
+        std::fs::write(home.join(".gitconfig"), cfg).unwrap();
+        std::fs::write(home.join(".config/git/config"), cfg).unwrap();
+        for key in ["format.signoff", "commit.gpgsign"] {
+            let out = git(&tree)
+                .env("HOME", &home)
+                .env("XDG_CONFIG_HOME", home.join(".config"))
+                .args(["config", "--get", key])
+                .output()
+                .unwrap();
+            assert!(!out.status.success(), "{key} = {}", String::from_utf8_lossy(&out.stdout));
+        }
+    }
+
+    #[test]
+    fn unpacking_waits_for_the_tree_lock() {
+        let d = tempfile::tempdir().unwrap();
+        let cache = d.path().join("cache");
+        let lock = Lock {
+            kernel: crate::kbuild::pin::KernelPin {
+                package: "linux-source-7.2".into(),
+                version: "7.2.0-1".into(),
+                suite: "sid".into(),
+                sha256: "0".repeat(64),
+            },
+        };
+        let deb = fake_kernel_deb(d.path());
+        let held = super::lock(&cache, "a test").unwrap();
+        let (c2, l2, deb2) = (cache.clone(), lock.clone(), deb.clone());
+        let t = std::thread::spawn(move || ensure_unpacked(&c2, &l2, &deb2).map_err(|e| format!("{e:#}")));
+        std::thread::sleep(std::time::Duration::from_millis(800));
+        let src = cache.join("kernel/src");
+        let entries: Vec<String> =
+            std::fs::read_dir(&src).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+        assert!(!t.is_finished(), "unpacked without the tree lock");
+        assert!(entries.iter().all(|e| e.starts_with(".lab-tree.lock")), "{entries:?}");
+        drop(held);
+        let dir = t.join().unwrap().unwrap();
+        assert_eq!(dir, tree_dir(&cache, &lock));
+        assert_eq!(std::fs::read_to_string(dir.join("Makefile")).unwrap(), "all:\n");
+        assert!(unpacked(&dir));
+    }
+
+    /// A .deb holding ./usr/src/linux-source-7.2.tar.xz with one Makefile.
+    fn fake_kernel_deb(dir: &Path) -> PathBuf {
+        let root = dir.join("deb");
+        std::fs::create_dir_all(root.join("DEBIAN")).unwrap();
+        std::fs::create_dir_all(root.join("usr/src")).unwrap();
+        std::fs::create_dir_all(dir.join("src/linux-source-7.2")).unwrap();
+        std::fs::write(dir.join("src/linux-source-7.2/Makefile"), "all:\n").unwrap();
+        std::fs::write(
+            root.join("DEBIAN/control"),
+            "Package: linux-source-7.2\nVersion: 7.2.0-1\nArchitecture: all\nMaintainer: lab <lab@localhost>\nDescription: test\n",
+        )
+        .unwrap();
+        let tar = root.join("usr/src/linux-source-7.2.tar.xz");
+        output(Command::new("tar").arg("-cJf").arg(&tar).arg("-C").arg(dir.join("src")).arg("linux-source-7.2"))
+            .unwrap();
+        let deb = dir.join("k.deb");
+        output(Command::new("dpkg-deb").args(["--root-owner-group", "-b"]).arg(&root).arg(&deb)).unwrap();
+        deb
+    }
+
+    #[test]
+    fn unexported_work_is_never_dropped() {
+        let (_d, tree, dir) = fixture();
+        commit(&tree, "drivers/a.rs", "fn a() { b() }\n", "rust_binder: one");
+        export(&tree, &dir).unwrap();
+        std::fs::write(tree.join("drivers/a.rs"), "local edit\n").unwrap();
+        // The series changes underneath (e.g. git pull): refuse, keep the edit.
+        std::fs::write(dir.join("series"), "").unwrap();
+        let e = sync_series(&tree, &Series::load(&dir).unwrap()).unwrap_err().to_string();
+        assert!(e.contains("uncommitted changes") && e.contains("driver-export"), "{e}");
+        assert_eq!(std::fs::read_to_string(tree.join("drivers/a.rs")).unwrap(), "local edit\n");
+    }
+
+    #[test]
+    fn state_hash_tracks_edits() {
+        let (_d, tree, _dir) = fixture();
+        let clean = state_hash(&tree).unwrap();
+        std::fs::write(tree.join("drivers/a.rs"), "x\n").unwrap();
+        let edited = state_hash(&tree).unwrap();
+        assert_ne!(clean, edited);
+        std::fs::write(tree.join("drivers/a.rs"), "fn a() {}\n").unwrap();
+        assert_eq!(state_hash(&tree).unwrap(), clean);
+    }
+
+    #[test]
+    fn series_lists_missing_patch() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("series"), "# c\n0001-x.patch\n").unwrap();
+        assert!(Series::load(d.path()).unwrap_err().to_string().contains("0001-x.patch"));
+    }
+}

@@ -1,0 +1,340 @@
+//! `lab bench`: seed 000's workloads under CTABS modes 0, 1 and 2, interleaved in one boot
+//! (A B C A B C ...), summarised as medians with 95% bootstrap CIs and Δ% against Baseline.
+
+use crate::harness::opts::RunOpts;
+use crate::harness::outcome::Outcome;
+use crate::measure::samples::{collect, parse_step, step_name, summarise, Row, Samples, MODES, MODE_NAMES};
+use anyhow::{Context, Result};
+use labproto::{Event, Plan, Step};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+/// How much work one repetition does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Profile {
+    /// About two minutes: checks the report's shape (used by `cargo make test`).
+    Quick,
+    /// The default benchmark, sized to finish in about 15 minutes here.
+    Full,
+}
+
+struct Workload {
+    bench: &'static str,
+    program: &'static str,
+    quick: &'static [&'static str],
+    full: &'static [&'static str],
+}
+
+const WORKLOADS: &[Workload] = &[
+    Workload {
+        bench: "throughput",
+        program: "/bin/binder-throughput",
+        quick: &["-w", "2", "-i", "1000"],
+        // The seed ran 8 workers x 100k iterations on the phone; under TCG 8 x 3000 takes ~9 s.
+        full: &["-w", "8", "-i", "3000"],
+    },
+    Workload { bench: "tiers", program: "/bin/binder-tiers", quick: &["-i", "300"], full: &["-i", "2000"] },
+    Workload {
+        bench: "sendvec",
+        program: "/bin/binder-sendvec",
+        quick: &["-i", "100", "--max-size", "64"],
+        full: &["-i", "1000"],
+    },
+];
+
+/// The plan: every workload under every mode, interleaved, `reps` times.
+pub fn plan(profile: Profile, reps: usize) -> Plan {
+    let jobs: Vec<Job> = WORKLOADS
+        .iter()
+        .map(|w| {
+            let args = match profile {
+                Profile::Quick => w.quick,
+                Profile::Full => w.full,
+            };
+            Job { bench: w.bench, argv: [w.program].iter().chain(args).map(|s| s.to_string()).collect() }
+        })
+        .collect();
+    let modes: Vec<(u32, Vec<String>)> =
+        MODES.iter().map(|m| (*m, vec!["--ctabs-mode".to_string(), m.to_string()])).collect();
+    let name = format!("bench-{}", if profile == Profile::Quick { "quick" } else { "full" });
+    interleaved(&name, reps, &jobs, &modes)
+}
+
+/// One benchmark program of an interleaved plan.
+pub struct Job {
+    pub bench: &'static str,
+    pub argv: Vec<String>,
+}
+
+/// `reps` rounds of every job under every mode, interleaved so that slow drift in the host
+/// spreads evenly over the modes. Odd rounds reverse the order (A B C, C B A, ...) so that no
+/// mode always runs first after another benchmark. A mode is a number plus the arguments
+/// that select it.
+pub fn interleaved(name: &str, reps: usize, jobs: &[Job], modes: &[(u32, Vec<String>)]) -> Plan {
+    let mut steps = vec![];
+    for r in 0..reps {
+        for j in jobs {
+            let order: Vec<&(u32, Vec<String>)> =
+                if r % 2 == 0 { modes.iter().collect() } else { modes.iter().rev().collect() };
+            for (m, extra) in order {
+                let argv = j.argv.iter().chain(extra).cloned().collect();
+                steps.push(Step { name: step_name(j.bench, *m, r), argv, timeout_s: 600, env: Default::default() });
+            }
+        }
+    }
+    Plan { name: name.to_string(), steps, shell: false }
+}
+
+fn cell(rows: &BTreeMap<String, Row>, metric: &str, mode: u32, digits: usize, unit: &str) -> String {
+    match rows.get(metric).and_then(|r| r.per_mode.get(&mode)) {
+        Some(e) => format!("{:.d$}{unit} [{:.d$}, {:.d$}]", e.value, e.lo, e.hi, d = digits),
+        None => "n/a".into(),
+    }
+}
+
+fn delta(rows: &BTreeMap<String, Row>, metric: &str, mode: u32) -> String {
+    match rows.get(metric).and_then(|r| r.delta_pct.get(&mode)) {
+        Some(e) => format!("{:+.1}% [{:+.1}, {:+.1}]", e.value, e.lo, e.hi),
+        None => "n/a".into(),
+    }
+}
+
+const TIERS: [(&str, &str); 3] =
+    [("same_core", "Same-core"), ("same_cluster", "Same-cluster"), ("cross_cluster", "Cross-cluster")];
+const CLASSES: [(&str, &str); 2] = [("fifo", "SCHED_FIFO"), ("other", "Normal")];
+
+/// Seed 000's tiered-latency table: class × tier, average latency and share per mode.
+pub fn tiers_table(rows: &BTreeMap<String, Row>) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{:<11} {:<14} {:>28} {:>28} {:>28} {:>24} {:>24}",
+        "Class", "Tier", MODE_NAMES[0], MODE_NAMES[1], MODE_NAMES[2], "Δ P1/2", "Δ P2/2"
+    );
+    for (class, cname) in CLASSES {
+        for (i, (tier, tname)) in TIERS.iter().enumerate() {
+            let m = format!("tiers.{class}.{tier}.avg_ms");
+            let _ = writeln!(
+                s,
+                "{:<11} {:<14} {:>28} {:>28} {:>28} {:>24} {:>24}",
+                if i == 0 { cname } else { "" },
+                tname,
+                cell(rows, &m, 0, 3, " ms"),
+                cell(rows, &m, 1, 3, " ms"),
+                cell(rows, &m, 2, 3, " ms"),
+                delta(rows, &m, 1),
+                delta(rows, &m, 2)
+            );
+            let p = format!("tiers.{class}.{tier}.pct");
+            let _ = writeln!(
+                s,
+                "{:<11} {:<14} {:>28} {:>28} {:>28}",
+                "",
+                "  share",
+                cell(rows, &p, 0, 1, "%"),
+                cell(rows, &p, 1, 1, "%"),
+                cell(rows, &p, 2, 1, "%")
+            );
+        }
+    }
+    s
+}
+
+/// Seed 000's binderThroughputTest table.
+pub fn throughput_table(rows: &BTreeMap<String, Row>) -> String {
+    let metrics: [(&str, &str, usize, &str); 9] = [
+        ("Throughput", "throughput.iterations_per_sec", 0, "/s"),
+        ("Avg latency", "throughput.avg_ms", 3, " ms"),
+        ("p50 latency", "throughput.p50_ms", 3, " ms"),
+        ("p99 latency", "throughput.p99_ms", 3, " ms"),
+        ("CPU cycles", "throughput.counters.cycles", 0, ""),
+        ("Instructions", "throughput.counters.instructions", 0, ""),
+        ("Task clock", "throughput.counters.task_clock_ns", 0, " ns"),
+        ("CPU migrations", "throughput.counters.cpu_migrations", 0, ""),
+        ("Ctx switches", "throughput.counters.context_switches", 0, ""),
+    ];
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{:<15} {:>30} {:>30} {:>30} {:>24} {:>24}",
+        "Metric", MODE_NAMES[0], MODE_NAMES[1], MODE_NAMES[2], "Δ P1/2", "Δ P2/2"
+    );
+    for (name, m, d, unit) in metrics {
+        let _ = writeln!(
+            s,
+            "{:<15} {:>30} {:>30} {:>30} {:>24} {:>24}",
+            name,
+            cell(rows, m, 0, d, unit),
+            cell(rows, m, 1, d, unit),
+            cell(rows, m, 2, d, unit),
+            delta(rows, m, 1),
+            delta(rows, m, 2)
+        );
+    }
+    for name in ["Cache refs", "Cache misses"] {
+        let _ = writeln!(s, "{name:<15} not measurable here: TCG models no caches");
+    }
+    s
+}
+
+/// Seed 002's BM_sendVec shape: wall and CPU time per call by payload size, per mode.
+pub fn sendvec_table(rows: &BTreeMap<String, Row>) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{:<28} {:>26} {:>26} {:>26}",
+        "Benchmark (time ns / cpu ns)", MODE_NAMES[0], MODE_NAMES[1], MODE_NAMES[2]
+    );
+    let sizes: std::collections::BTreeSet<&str> =
+        rows.keys().filter_map(|k| k.strip_prefix("sendvec.")?.strip_suffix(".time_ns")).collect();
+    for size in sizes {
+        let (t, c) = (format!("sendvec.{size}.time_ns"), format!("sendvec.{size}.cpu_ns"));
+        let both = |m: u32| {
+            let v = |k: &str| rows.get(k).and_then(|r| r.per_mode.get(&m)).map(|e| format!("{:.0}", e.value));
+            format!("{} / {}", v(&t).unwrap_or("n/a".into()), v(&c).unwrap_or("n/a".into()))
+        };
+        let name = format!("BM_sendVec_binderize/{}", size.trim_start_matches('0'));
+        let _ = writeln!(s, "{name:<28} {:>26} {:>26} {:>26}", both(0), both(1), both(2));
+    }
+    s
+}
+
+#[derive(Serialize)]
+struct ResultsFile<'a> {
+    profile: Profile,
+    reps: usize,
+    modes: [&'static str; 3],
+    metrics: &'a BTreeMap<String, Row>,
+    samples: &'a Samples,
+}
+
+/// Per-call latencies (ms) of the throughput runs, pooled per mode, for the CDF plot.
+fn latency_samples(events: &[Event]) -> BTreeMap<u32, Vec<f64>> {
+    let mut out: BTreeMap<u32, Vec<f64>> = BTreeMap::new();
+    for e in events {
+        let Event::Result { step, case, data, .. } = e else { continue };
+        let Some(("throughput", mode)) = parse_step(step) else { continue };
+        if case == "throughput" {
+            if let Some(v) = data["samples_ms"].as_array() {
+                out.entry(mode).or_default().extend(v.iter().filter_map(|x| x.as_f64()));
+            }
+        }
+    }
+    out
+}
+
+/// Writes results.json, report.md and the SVG plots into `dir`; returns the report text.
+pub fn write_report(dir: &Path, profile: Profile, reps: usize, events: &[Event]) -> Result<String> {
+    let samples = &collect(events);
+    let rows = summarise(samples);
+    crate::measure::plots::write_all(dir, &rows, &latency_samples(events))?;
+    let json =
+        serde_json::to_string_pretty(&ResultsFile { profile, reps, modes: MODE_NAMES, metrics: &rows, samples })?;
+    std::fs::write(dir.join("results.json"), json).context("writing results.json")?;
+    let text = format!(
+        "# Seed 000 on the emulated SA8155P\n\nMedian [95% bootstrap CI] over {reps} interleaved repetitions per mode.\n\n## Tiered latency (schd-dbg style)\n\n```\n{}```\n\n![tiers](tiers-other.svg)\n\n## binderThroughputTest\n\n```\n{}```\n\n![throughput](throughput.svg) ![latency CDF](latency-cdf.svg)\n\n## BM_sendVec (seed 002's shape, medians)\n\n```\n{}```\n",
+        tiers_table(&rows),
+        throughput_table(&rows),
+        sendvec_table(&rows)
+    );
+    std::fs::write(dir.join("report.md"), &text).context("writing report.md")?;
+    Ok(text)
+}
+
+/// Boots once, runs the interleaved plan and writes the report into the run directory.
+pub fn execute(profile: Profile, reps: usize, base: &RunOpts) -> Result<(Outcome, String)> {
+    let outcome = crate::report::run_plan(&plan(profile, reps), base)?;
+    let text = write_report(&outcome.dir, profile, reps, &outcome.events)?;
+    Ok((outcome, text))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use labproto::Status;
+    use serde_json::json;
+
+    fn result(step: &str, case: &str, data: serde_json::Value) -> Event {
+        Event::Result {
+            step: step.into(),
+            case: case.into(),
+            status: Status::Pass,
+            duration_ms: 0.0,
+            message: None,
+            data,
+        }
+    }
+
+    #[test]
+    fn plan_interleaves_modes() {
+        let p = plan(Profile::Quick, 2);
+        let names: Vec<&str> = p.steps.iter().map(|s| s.name.as_str()).take(4).collect();
+        assert_eq!(names, ["throughput-m0-r0", "throughput-m1-r0", "throughput-m2-r0", "tiers-m0-r0"]);
+        assert_eq!(p.steps.len(), 2 * WORKLOADS.len() * 3);
+        assert!(p.steps[1].argv.ends_with(&["--ctabs-mode".to_string(), "1".to_string()]));
+        // The second round runs the modes in reverse.
+        let r1: Vec<&str> = p.steps.iter().map(|s| s.name.as_str()).skip(9).take(3).collect();
+        assert_eq!(r1, ["throughput-m2-r1", "throughput-m1-r1", "throughput-m0-r1"]);
+        assert_eq!(parse_step("throughput-m2-r10"), Some(("throughput", 2)));
+        assert_eq!(parse_step("smoke"), None);
+    }
+
+    #[test]
+    fn tables_have_every_row_and_deltas() {
+        let mut ev = vec![];
+        for r in 0..5 {
+            for m in MODES {
+                let tput = 1000.0 + 100.0 * m as f64 + r as f64;
+                ev.push(result(
+                    &step_name("throughput", m, r),
+                    "throughput",
+                    json!({"iterations_per_sec": tput, "avg_ms": 1.0, "p50_ms": 0.9, "p99_ms": 2.0, "worst_ms": 3.0,
+                           "samples_ms": [0.5, 0.9, 1.0, 2.0],
+                           "counters": {"cpu_migrations": 10.0 + m as f64, "context_switches": 100.0, "cycles": null}}),
+                ));
+                let tier = json!({"count": 50, "pct": 33.3, "avg_ms": 0.1 + 0.01 * m as f64});
+                ev.push(result(
+                    &step_name("tiers", m, r),
+                    "tiers",
+                    json!({"classes": {"fifo": {"same_core": tier, "same_cluster": tier, "cross_cluster": tier},
+                                       "other": {"same_core": tier, "same_cluster": tier, "cross_cluster": tier}}}),
+                ));
+            }
+        }
+        let rows = summarise(&collect(&ev));
+        let t = throughput_table(&rows);
+        assert!(t.contains("Throughput") && t.contains("+10.0%") && t.contains("+20.0%"), "{t}");
+        // A counter the PMU does not provide shows n/a, never 0.
+        assert!(t.lines().find(|l| l.starts_with("CPU cycles")).unwrap().contains("n/a"), "{t}");
+        assert!(t.contains("not measurable here"));
+        let tt = tiers_table(&rows);
+        assert_eq!(tt.lines().count(), 1 + 2 * 3 * 2, "{tt}");
+        assert!(tt.contains("SCHED_FIFO") && tt.contains("Cross-cluster") && tt.contains("0.110 ms"), "{tt}");
+        // A tier with a handful of calls has a share but no average latency.
+        let few = [result(
+            &step_name("tiers", 0, 0),
+            "tiers",
+            json!({"classes": {"other": {"same_core": {"count": 3, "pct": 0.1, "avg_ms": 9.0}}}}),
+        )];
+        let s = collect(&few);
+        assert!(s.contains_key("tiers.other.same_core.pct") && !s.contains_key("tiers.other.same_core.avg_ms"));
+        assert!(sendvec_table(&rows).lines().count() == 1, "no sendvec data, header only");
+        let d = tempfile::tempdir().unwrap();
+        write_report(d.path(), Profile::Quick, 5, &ev).unwrap();
+        if let Some(keep) = std::env::var_os("LAB_KEEP_PLOTS") {
+            for f in ["throughput.svg", "latency-cdf.svg", "tiers-other.svg"] {
+                std::fs::copy(d.path().join(f), std::path::Path::new(&keep).join(f)).unwrap();
+            }
+        }
+        for svg in ["throughput.svg", "latency-cdf.svg", "tiers-other.svg"] {
+            let text = std::fs::read_to_string(d.path().join(svg)).unwrap();
+            assert!(text.starts_with("<svg") && text.contains("</svg>"), "{svg}");
+        }
+        let v: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(d.path().join("results.json")).unwrap()).unwrap();
+        assert!(v["metrics"]["throughput.iterations_per_sec"]["per_mode"]["2"]["value"].as_f64().unwrap() > 1000.0);
+    }
+}

@@ -1,0 +1,9 @@
+//! Stage 5: measurements. Statistics, benchmark samples and tables, plots, and the seed
+//! experiments (`bench`, `reproduce`), the nightly's regression gate. Imports `report`, `harness` and below.
+
+pub mod bench;
+pub mod gate;
+pub mod plots;
+pub mod reproduce;
+pub mod samples;
+pub mod stats;

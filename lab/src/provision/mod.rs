@@ -1,0 +1,8 @@
+//! Stage 1: the host toolchain and downloads (apt, rust-src, bindgen, busybox). Imports only
+//! `support`.
+
+pub mod apt;
+pub mod downloads;
+pub mod kcidb_io;
+pub mod qemu_src;
+pub mod toolchain;

@@ -1,0 +1,234 @@
+//! The host toolchain: system packages, rust-src and bindgen, provisioned idempotently.
+//! Each step detects what is already there first, so a warm machine does no work.
+
+use crate::provision::apt::{self, PrivateApt};
+use crate::support::process::{have_tool, output};
+use anyhow::{bail, Context, Result};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The LLVM suffix passed as `LLVM=-19`.
+pub const LLVM_SUFFIX: &str = "-19";
+pub const BINDGEN_VERSION: &str = "0.72.1";
+/// Oldest QEMU whose cortex-a76/a55 models and QMP schema the harness relies on.
+pub const QEMU_MIN: &str = "1:9.0";
+
+/// System packages: (package, why). qemu-system-arm is checked separately for its version.
+pub const HOST_PACKAGES: &[(&str, &str)] = &[
+    ("clang-19", "kernel C compiler (LLVM=-19)"),
+    ("lld-19", "kernel linker"),
+    ("llvm-19", "llvm-ar/nm/objcopy for LLVM=-19"),
+    ("libclang-19-dev", "libclang for bindgen"),
+    ("bc", "kernel build"),
+    ("bison", "kconfig"),
+    ("flex", "kconfig"),
+    ("libelf-dev", "objtool/resolve_btfids"),
+    ("libssl-dev", "kernel host tools"),
+    ("device-tree-compiler", "dtc for inspecting board DTBs"),
+    ("cpio", "inspecting initramfs images"),
+    ("xz-utils", "unpacking linux-source"),
+    ("git", "the patched kernel tree"),
+    ("make", "kbuild"),
+    ("python3", "kernel scripts"),
+    ("python3-ply", "checkpatch's SPDX check"),
+    ("python3-git", "checkpatch's SPDX check"),
+    ("python3-venv", "a private kcidb-io to validate the nightly's KCIDB JSON"),
+    ("gcc-aarch64-linux-gnu", "linker for the static aarch64 guest binaries"),
+    ("libc6-dev-arm64-cross", "static glibc for the guest binaries"),
+];
+
+/// Everything the kernel build needs from setup, with paths resolved.
+#[derive(Clone, Debug)]
+pub struct Toolchain {
+    pub cache: PathBuf,
+    pub bindgen_bin_dir: PathBuf,
+    pub rust_lib_src: PathBuf,
+    pub rustc_version: String,
+}
+
+impl Toolchain {
+    /// Resolves the toolchain without installing anything; None if a piece is missing.
+    pub fn probe(cache: &Path) -> Option<Toolchain> {
+        let rustc_version = rustc_version().ok()?;
+        let rust_lib_src = rust_src_library(cache, &rustc_version)?;
+        let bindgen_bin_dir = bindgen_root(cache).join("bin");
+        bindgen_bin_dir.join("bindgen").is_file().then_some(())?;
+        Some(Toolchain { cache: cache.to_path_buf(), bindgen_bin_dir, rust_lib_src, rustc_version })
+    }
+
+    /// A `make` for the kernel tree `src` building into `out`, with the toolchain's env.
+    pub fn make(&self, src: &Path, out: &Path) -> Command {
+        let mut c = Command::new("make");
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        let mut dirs = vec![self.bindgen_bin_dir.clone()];
+        dirs.extend(std::env::split_paths(&path));
+        c.current_dir(src)
+            .env("PATH", std::env::join_paths(dirs).expect("PATH joins"))
+            .env("RUST_LIB_SRC", &self.rust_lib_src)
+            .arg("ARCH=arm64")
+            .arg(format!("LLVM={LLVM_SUFFIX}"))
+            // Defined but empty: keeps setlocalversion from appending "+" for the git tree.
+            .arg("LOCALVERSION=")
+            .arg(format!("O={}", out.display()));
+        // Reproducible builds: the same inputs give the same Image on any machine, so a
+        // deterministic guest stays deterministic across hosts (no build time, user, host or
+        // per-link build counter in the banner).
+        c.env("KBUILD_BUILD_TIMESTAMP", "Thu Jan  1 00:00:00 UTC 2026")
+            .env("KBUILD_BUILD_USER", "binderlab")
+            .env("KBUILD_BUILD_HOST", "binderlab")
+            .env("KBUILD_BUILD_VERSION", "1");
+        c
+    }
+
+    /// Versions that go into the kernel cache key.
+    pub fn fingerprint(&self) -> Result<String> {
+        let clang = output(Command::new(format!("clang{LLVM_SUFFIX}")).arg("--version"))?;
+        let bindgen = output(Command::new(self.bindgen_bin_dir.join("bindgen")).arg("--version"))?;
+        Ok(format!(
+            "rustc {}\n{}\n{}\nrust-src {}\n",
+            self.rustc_version,
+            clang.lines().next().unwrap_or_default(),
+            bindgen.trim(),
+            self.rust_lib_src.display()
+        ))
+    }
+}
+
+pub fn rustc_version() -> Result<String> {
+    let v = output(Command::new("rustc").arg("--version")).context("rustc not found; install Rust with rustup")?;
+    // "rustc 1.95.0 (59807616e 2026-04-14)"
+    v.split_whitespace().nth(1).map(str::to_string).context("unexpected `rustc --version` output")
+}
+
+fn major_minor(v: &str) -> String {
+    v.split('.').take(2).collect::<Vec<_>>().join(".")
+}
+
+fn bindgen_root(cache: &Path) -> PathBuf {
+    cache.join("tools").join(format!("bindgen-cli-{BINDGEN_VERSION}"))
+}
+
+fn rust_src_dir(cache: &Path, rustc: &str) -> PathBuf {
+    cache.join("rust-src").join(major_minor(rustc))
+}
+
+/// `library/` of an unpacked rust-src matching rustc's major.minor, if complete.
+fn rust_src_library(cache: &Path, rustc: &str) -> Option<PathBuf> {
+    let dir = rust_src_dir(cache, rustc);
+    dir.join(".complete").is_file().then_some(())?;
+    let src = std::fs::read_dir(dir.join("usr/src"))
+        .ok()?
+        .flatten()
+        .find(|e| e.file_name().to_string_lossy().starts_with("rustc-"))?;
+    Some(src.path().join("library"))
+}
+
+/// Host packages that are missing, plus whether qemu needs the backports.
+pub fn missing_packages() -> (Vec<String>, bool) {
+    let mut names: Vec<&str> = HOST_PACKAGES.iter().map(|(p, _)| *p).collect();
+    names.push("qemu-system-arm");
+    let installed = apt::installed_versions(&names);
+    let mut missing: Vec<String> =
+        HOST_PACKAGES.iter().filter(|(p, _)| !installed.contains_key(*p)).map(|(p, _)| p.to_string()).collect();
+    let qemu_ok = installed.get("qemu-system-arm").is_some_and(|v| apt::version_ge(v, QEMU_MIN));
+    if !qemu_ok {
+        missing.push("qemu-system-arm".into());
+    }
+    (missing, !qemu_ok)
+}
+
+fn ensure_host_packages(cache: &Path) -> Result<()> {
+    let (missing, qemu) = missing_packages();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    crate::support::progress::note(format!("installing system packages: {}", missing.join(" ")));
+    let codename = apt::host_codename();
+    // bookworm ships QEMU 7.2: take qemu (alone) from the host release's own backports.
+    let qemu_from_backports = qemu && codename.as_deref() == Some("bookworm");
+    let (plain, bpo): (Vec<String>, Vec<String>) =
+        missing.into_iter().partition(|p| !(qemu_from_backports && p == "qemu-system-arm"));
+    apt::host_install(&plain, None, cache)?;
+    apt::host_install(&bpo, codename.as_deref(), cache)?;
+    let (still, _) = missing_packages();
+    if !still.is_empty() {
+        bail!("still missing after apt-get install: {}", still.join(" "));
+    }
+    Ok(())
+}
+
+/// rust-src matching the host rustc, unpacked (not installed) into the cache, and linked
+/// into the rustc sysroot when it has none, so `-Zbuild-std` finds it for the guest.
+fn ensure_rust_src(cache: &Path) -> Result<PathBuf> {
+    let rustc = rustc_version()?;
+    let lib = match rust_src_library(cache, &rustc) {
+        Some(lib) => lib,
+        None => {
+            let apt = PrivateApt::new(cache);
+            apt.update()?;
+            let want = format!("{}.", major_minor(&rustc));
+            let versions = apt.versions("rust-src")?;
+            let Some(v) = versions.iter().find(|v| v.version.starts_with(&want)) else {
+                let have: Vec<&str> = versions.iter().map(|v| v.version.as_str()).collect();
+                bail!(
+                    "no Debian rust-src {want}x for your rustc {rustc} (served: {}).\nUse a rustc whose version Debian serves (e.g. `rustup default 1.95`).",
+                    have.join(", ")
+                );
+            };
+            let deb = apt.download(&format!("rust-src={}", v.version), &cache.join("downloads"))?;
+            crate::support::fs::publish_dir(&rust_src_dir(cache, &rustc), |tmp| {
+                let st = Command::new("dpkg-deb").arg("-x").arg(&deb).arg(tmp).status()?;
+                if !st.success() {
+                    bail!("dpkg-deb -x {} failed", deb.display());
+                }
+                Ok(std::fs::write(tmp.join(".complete"), &v.version)?)
+            })?;
+            rust_src_library(cache, &rustc).context("rust-src unpacked without usr/src/rustc-*/library")?
+        }
+    };
+    let sysroot = output(Command::new("rustc").args(["--print", "sysroot"]))?;
+    let link = Path::new(sysroot.trim()).join("lib/rustlib/src/rust");
+    if !link.join("library/Cargo.lock").exists() {
+        let _ = std::fs::remove_file(&link);
+        std::fs::create_dir_all(link.parent().unwrap())?;
+        std::os::unix::fs::symlink(lib.parent().unwrap(), &link)
+            .with_context(|| format!("linking rust-src into the rustc sysroot at {}", link.display()))?;
+        crate::support::progress::note(format!(
+            "linked rust-src into {} (same as `rustup component add rust-src`)",
+            link.display()
+        ));
+    }
+    Ok(lib)
+}
+
+fn ensure_bindgen(cache: &Path) -> Result<()> {
+    let root = bindgen_root(cache);
+    if root.join("bin/bindgen").is_file() {
+        return Ok(());
+    }
+    crate::support::progress::note(format!(
+        "installing bindgen-cli {BINDGEN_VERSION} into {} (a few minutes)",
+        root.display()
+    ));
+    let st = Command::new("cargo")
+        .args(["install", "--locked", "bindgen-cli", "--version", BINDGEN_VERSION, "--root"])
+        .arg(&root)
+        .status()?;
+    if !st.success() {
+        bail!("cargo install bindgen-cli {BINDGEN_VERSION} failed ({st})");
+    }
+    Ok(())
+}
+
+/// Host packages, cargo, rust-src, bindgen and busybox. Returns the resolved toolchain.
+pub fn ensure_tools(cache: &Path) -> Result<Toolchain> {
+    ensure_host_packages(cache)?;
+    if !have_tool("cargo") {
+        bail!("cargo not found: install Rust with rustup");
+    }
+    ensure_rust_src(cache)?;
+    ensure_bindgen(cache)?;
+    crate::provision::downloads::busybox(cache)?;
+    crate::provision::kcidb_io::ensure(cache)?;
+    Toolchain::probe(cache).context("toolchain incomplete after setup")
+}

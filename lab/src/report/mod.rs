@@ -1,0 +1,50 @@
+//! Stage 4: what a run or a nightly means for people and CI tools: JUnit XML, TAP, the
+//! per-case table, the run summary, HTML and KCIDB. Imports `harness` and below.
+
+pub mod cases;
+pub mod html;
+pub mod kcidb;
+pub mod nightly;
+pub mod summary;
+
+use crate::harness::opts::RunOpts;
+use crate::harness::outcome::Outcome;
+use crate::harness::run as harness_run;
+use crate::support::fs::write_atomic;
+use anyhow::Result;
+use labproto::Plan;
+use std::path::Path;
+
+pub use cases::{case_table, junit_merged, junit_xml, tap, test_cases, xml_escape, TestCase};
+
+/// Writes `junit.xml` and `results.tap` into the run directory.
+pub fn write_reports(dir: &Path, o: &Outcome) -> Result<()> {
+    write_atomic(&dir.join("junit.xml"), junit_xml(o).as_bytes())?;
+    write_atomic(&dir.join("results.tap"), tap(o).as_bytes())
+}
+
+/// Runs `plan` (see [`harness_run::run_plan`]) and leaves its JUnit and TAP reports in the
+/// run directory, as every run does.
+pub fn run_plan(plan: &Plan, opts: &RunOpts) -> Result<Outcome> {
+    let o = harness_run::run_plan(plan, opts)?;
+    write_reports(&o.dir, &o)?;
+    Ok(o)
+}
+
+/// Runs the plan `opts.plan` names, with its reports.
+pub fn run(opts: &RunOpts) -> Result<Outcome> {
+    run_plan(&crate::harness::opts::load_plan(&opts.plan)?, opts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reports_land_in_the_run_directory() {
+        let d = tempfile::tempdir().unwrap();
+        write_reports(d.path(), &cases::tests::sample()).unwrap();
+        assert!(std::fs::read_to_string(d.path().join("junit.xml")).unwrap().contains("<testsuites"));
+        assert!(std::fs::read_to_string(d.path().join("results.tap")).unwrap().starts_with("TAP version 13"));
+    }
+}

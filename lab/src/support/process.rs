@@ -1,0 +1,126 @@
+//! Running external tools: with captured output, or with a log and progress lines.
+
+use anyhow::{bail, Context, Result};
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+/// True when `name` is on PATH (or is a path that exists).
+pub fn have_tool(name: &str) -> bool {
+    if name.contains('/') {
+        return Path::new(name).exists();
+    }
+    std::env::var_os("PATH").map(|p| std::env::split_paths(&p).any(|d| d.join(name).is_file())).unwrap_or(false)
+}
+
+/// Keeps the newest `keep` published builds `<dir>/<prefix><key>` (always the one ending in
+/// `keep_key`), deleting older ones.
+pub fn prune_builds(dir: &Path, prefix: &str, keep_key: &str, keep: usize) {
+    let mut builds: Vec<(std::time::SystemTime, std::path::PathBuf)> = std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.flatten()
+                .filter(|e| {
+                    let n = e.file_name().to_string_lossy().into_owned();
+                    n.starts_with(prefix) && !n.ends_with(keep_key)
+                })
+                .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
+                .collect()
+        })
+        .unwrap_or_default();
+    builds.sort();
+    let excess = builds.len().saturating_sub(keep - 1);
+    for (_, p) in builds.into_iter().take(excess) {
+        let _ = std::fs::remove_dir_all(p);
+    }
+}
+
+/// Runs a command and returns its stdout; on failure the error carries stderr.
+pub fn output(cmd: &mut Command) -> Result<String> {
+    let out = cmd.stdin(Stdio::null()).output().with_context(|| format!("running {cmd:?}"))?;
+    if !out.status.success() {
+        bail!("{:?} failed ({}):\n{}", cmd, out.status, String::from_utf8_lossy(&out.stderr).trim_end());
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Runs a long command with its output going to `log`, calling `on_line` for each line
+/// (for progress). On failure the error shows the last error lines and the log's path.
+pub fn run_logged(cmd: &mut Command, log: &Path, mut on_line: impl FnMut(&str)) -> Result<()> {
+    let name = cmd.get_program().to_string_lossy().into_owned();
+    let mut logf = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
+    writeln!(logf, "$ {cmd:?}")?;
+    // One pipe for both streams keeps the log in order.
+    let (reader, writer) = std::io::pipe()?;
+    let writer2 = writer.try_clone()?;
+    // SAFETY: prctl(PR_SET_PDEATHSIG) is async-signal-safe and touches no parent memory. If
+    // the lab dies, the tool (e.g. make, which then stops its own jobs) gets SIGTERM instead of
+    // running on unsupervised next to a new build in the same directory.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+            Ok(())
+        });
+    }
+    let spawned = cmd.stdin(Stdio::null()).stdout(writer).stderr(writer2).spawn();
+    // The Command keeps the pipe's write ends until they are replaced: drop them, or the
+    // reader never sees EOF.
+    cmd.stdout(Stdio::null()).stderr(Stdio::null());
+    let mut child = spawned.with_context(|| format!("starting {name}"))?;
+    let mut tail: std::collections::VecDeque<String> = Default::default();
+    for line in BufReader::new(reader).lines() {
+        let line = line.unwrap_or_default();
+        writeln!(logf, "{line}")?;
+        on_line(&line);
+        tail.push_back(line);
+        if tail.len() > 400 {
+            tail.pop_front();
+        }
+    }
+    let status = child.wait()?;
+    if !status.success() {
+        bail!(
+            "{name} failed ({status}); last error lines:\n{}\nfull log: {}",
+            error_lines(tail.make_contiguous()),
+            log.display()
+        );
+    }
+    Ok(())
+}
+
+/// The lines worth showing from a failed build's tail: errors if any, else the last 20.
+pub fn error_lines(tail: &[String]) -> String {
+    let is_err = |l: &&String| {
+        let l = l.to_ascii_lowercase();
+        l.contains("error") || l.contains("***") || l.contains("failed")
+    };
+    let errs: Vec<&String> = tail.iter().filter(is_err).collect();
+    let pick: Vec<&String> = if errs.is_empty() { tail.iter().collect() } else { errs };
+    let n = pick.len().saturating_sub(20);
+    pick[n..].iter().map(|s| s.as_str()).collect::<Vec<_>>().join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_lines_prefers_errors() {
+        let t: Vec<String> =
+            ["  CC a.o", "a.c:1: error: boom", "make: *** [x] Error 1"].iter().map(|s| s.to_string()).collect();
+        assert_eq!(error_lines(&t), "a.c:1: error: boom\nmake: *** [x] Error 1");
+    }
+
+    #[test]
+    fn run_logged_reports_log_path() {
+        let d = tempfile::tempdir().unwrap();
+        let log = d.path().join("x.log");
+        let mut n = 0;
+        run_logged(Command::new("sh").args(["-c", "echo one; echo two"]), &log, |_| n += 1).unwrap();
+        assert_eq!(n, 2);
+        let e =
+            run_logged(Command::new("sh").args(["-c", "echo 'fatal error: x' >&2; exit 3"]), &log, |_| {}).unwrap_err();
+        let m = e.to_string();
+        assert!(m.contains("fatal error: x") && m.contains("x.log"), "{m}");
+    }
+}
