@@ -304,7 +304,7 @@ pub fn export_named(tree: &Path, dir: &Path, names: Names, applied_by: &str) -> 
     let tmp = staged.path();
     output(git(tree).args(format_patch_args()).arg("-o").arg(tmp).arg(format!("{base}..HEAD")))?;
     let mut patches: Vec<String> =
-        std::fs::read_dir(&tmp)?.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+        std::fs::read_dir(tmp)?.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
     patches.sort();
     for p in &old {
         let _ = std::fs::remove_file(dir.join(p));
