@@ -61,7 +61,7 @@ fn mode_step() -> Step {
         name: "ctabs-mode".into(),
         argv: vec!["/bin/sh".into(), "-c".into(), script],
         timeout_s: 10,
-        env: Default::default(),
+        ..Default::default()
     }
 }
 

@@ -7,7 +7,7 @@ use crate::report::summary::summary;
 use anyhow::Result;
 
 pub fn run(profile: Profile, reps: usize, args: &RunArgs) -> Result<Exit> {
-    let (outcome, text) = bench::execute(profile, reps, &args.measure_opts("bench"))?;
+    let (outcome, text) = bench::execute(profile, reps, &args.measure_opts("bench")?)?;
     println!("{text}");
     print!("{}", summary(&outcome));
     Ok(outcome.exit())

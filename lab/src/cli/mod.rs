@@ -3,6 +3,7 @@
 
 pub mod args;
 pub mod bench;
+pub mod catalog;
 pub mod compare;
 pub mod kernel;
 pub mod nightly;
@@ -18,7 +19,7 @@ use args::RunArgs;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "lab", about = "Build, boot and measure the Rust binder driver on an emulated SA8155P")]
+#[command(name = "lab", version, about = "Build, boot and measure the Rust binder driver on an emulated SA8155P")]
 pub struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -31,7 +32,7 @@ pub enum Cmd {
     /// Build (or reuse) the kernel of a flavor.
     Kernel {
         /// perf (benchmarks), debug (lockdep, KASAN, KUnit), ...: kernel-config/<flavor>.config.
-        #[arg(long, env = "LAB_FLAVOR", default_value = "perf")]
+        #[arg(long, env = "LAB_FLAVOR", default_value = "perf", value_parser = catalog::Choice::flavors())]
         flavor: String,
     },
     /// Re-pin kernel-config/kernel.lock to the newest linux-source-7.2 served.
@@ -50,13 +51,30 @@ pub enum Cmd {
     QemuExport,
     /// Discard the QEMU tree's work and re-apply qemu/ from scratch.
     QemuReset,
-    /// Boot a board, run a plan, print the summary; non-zero exit on any failure.
-    Run(RunArgs),
+    /// Boot a board, run a plan (or one command: `lab run [OPTIONS] -- CMD ARGS...`), print
+    /// the summary. Exit code: 0, or the first failure's (README "Exit codes"); with a
+    /// command, the command's own exit code.
+    Run {
+        #[command(flatten)]
+        run: RunArgs,
+        /// Seconds the command may run (with `-- CMD`).
+        #[arg(long, default_value_t = 600)]
+        timeout: u64,
+        /// A guest command instead of a plan: an absolute path, or a name in /bin (busybox
+        /// applets, the lab's programs, an --overlay's bin/). Its output streams to stdout.
+        #[arg(last = true, value_name = "CMD")]
+        command: Vec<String>,
+    },
     /// Boot a board with an interactive shell on the console.
     Shell(RunArgs),
     /// Run the binder conformance suite (plan `conformance`) and print a per-case table;
     /// JUnit XML and TAP go into the run directory. Non-zero exit on any failure.
-    Conformance(RunArgs),
+    Conformance {
+        #[command(flatten)]
+        cases: run::CaseArgs,
+        #[command(flatten)]
+        run: RunArgs,
+    },
     /// Run the binder fuzzer (plan `fuzz`: 20k operations; `--plan fuzz-long` for
     /// millions, `--append binder_fuzz.seed=N` to replay a seed) and print the table.
     Fuzz(RunArgs),
@@ -111,6 +129,16 @@ pub enum Cmd {
         #[command(flatten)]
         run: RunArgs,
     },
+    /// List boards, plans, kernel flavors or conformance cases.
+    List {
+        #[arg(value_enum)]
+        what: catalog::Kind,
+    },
+    /// Print a shell completion script, e.g. `lab completions bash > ~/.local/share/bash-completion/completions/lab`.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
     /// Compare two nightly.json files (baseline, current) with the nightly's regression rule.
     Compare {
         baseline: std::path::PathBuf,
@@ -120,10 +148,35 @@ pub enum Cmd {
     },
 }
 
+/// `lab --version`: the lab's version, its source commit, the pinned kernel and the QEMU
+/// it runs (asked only when --version is given: it starts QEMU once).
+fn long_version() -> String {
+    let commit = std::process::Command::new("git")
+        .args(["-C", &crate::support::paths::repo().display().to_string(), "describe", "--always", "--dirty"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_else(|| "unknown".into());
+    let kernel = crate::kbuild::pin::Lock::load(&crate::kbuild::pin::Lock::path())
+        .map(|l| format!("{} {}", l.kernel.package, l.kernel.version))
+        .unwrap_or_else(|e| format!("no kernel.lock ({e})"));
+    let qemu = crate::harness::qemu::version().unwrap_or_else(|e| format!("{e:#}"));
+    format!(
+        "{}\nsource: {commit}\nkernel: {kernel} (kernel-config/kernel.lock)\nqemu: {qemu}",
+        env!("CARGO_PKG_VERSION")
+    )
+}
+
 /// The `lab` binary: parse, dispatch, exit with the command's [`Exit`] code (an error is a
 /// harness error; clap exits 2 on a bad command line).
 pub fn main() {
-    let cli = Cli::parse();
+    use clap::{CommandFactory, FromArgMatches};
+    let mut cmd = Cli::command();
+    if std::env::args().any(|a| a == "--version") {
+        cmd = cmd.long_version(long_version());
+    }
+    let cli = Cli::from_arg_matches(&cmd.get_matches()).unwrap_or_else(|e| e.exit());
     let exit = execute(cli.cmd).unwrap_or_else(|e| {
         eprintln!("error: {e:#}");
         Exit::HarnessError
@@ -145,19 +198,100 @@ pub fn execute(cmd: Cmd) -> Result<Exit> {
         Cmd::QemuTree => done(qemu::tree()),
         Cmd::QemuExport => done(qemu::export()),
         Cmd::QemuReset => done(qemu::reset()),
-        Cmd::Shell(args) => done(crate::harness::run::shell(&args.opts("shell"))),
+        Cmd::Shell(args) => done(crate::harness::run::shell(&args.opts("shell")?)),
         Cmd::Test => test::run(),
         Cmd::DriverCheck => done(crate::kbuild::driver_check::run()),
         Cmd::Reproduce { from: Some(dir), .. } => done(reproduce::rerender(&dir)),
+        Cmd::Conformance { cases, .. } if cases.list => {
+            print!("{}", run::case_list());
+            Ok(Exit::Ok)
+        }
+        Cmd::List { what } => {
+            print!("{}", catalog::render(what));
+            Ok(Exit::Ok)
+        }
+        Cmd::Completions { shell } => {
+            use clap::CommandFactory;
+            clap_complete::generate(shell, &mut Cli::command(), "lab", &mut std::io::stdout());
+            Ok(Exit::Ok)
+        }
         // The commands that boot guests exit with what they found.
-        Cmd::Run(args) => run::run(&args),
-        Cmd::Conformance(args) => run::suite(&args, "conformance"),
-        Cmd::Fuzz(args) => run::suite(&args, "fuzz"),
+        Cmd::Run { run, timeout, command } if !command.is_empty() => run::command(&run, timeout, &command),
+        Cmd::Run { run, .. } => run::run(&run),
+        Cmd::Conformance { cases, run } => run::suite(&run, "conformance", &cases),
+        Cmd::Fuzz(args) => run::suite(&args, "fuzz", &run::CaseArgs::default()),
         Cmd::Bench { profile, reps, run } => bench::run(profile, reps, &run),
         Cmd::Reproduce { profile, out, run, from: None } => reproduce::run(profile, out, &run),
         Cmd::Nightly { profile, out, baseline, threshold, fuzz_ops, run } => {
             nightly::command(profile, out, baseline, threshold, fuzz_ops, &run)
         }
         Cmd::Compare { baseline, current, threshold } => compare::run(&baseline, &current, threshold),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    fn parse(args: &[&str]) -> Cmd {
+        Cli::try_parse_from(std::iter::once("lab").chain(args.iter().copied())).unwrap().cmd
+    }
+
+    #[test]
+    fn cli_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn run_takes_a_command_and_reproduces_it() {
+        let Cmd::Run { run, command, timeout } = parse(&[
+            "run",
+            "--flavor",
+            "debug",
+            "--append",
+            "a=b c",
+            "--collect",
+            "/tmp/x",
+            "--",
+            "/bin/sh",
+            "-c",
+            "exit 7",
+        ]) else {
+            panic!("not run")
+        };
+        assert_eq!((command.as_slice(), timeout), (&["/bin/sh", "-c", "exit 7"].map(String::from)[..], 600));
+        let mut extra = vec!["--".to_string()];
+        extra.extend(command);
+        assert_eq!(
+            run.reproducer("run-qemu", &extra),
+            "cargo make run-qemu --flavor debug --append 'a=b c' --collect /tmp/x -- /bin/sh -c 'exit 7'"
+        );
+        let semi = ["--".to_string(), "/bin/sh".into(), "-c".into(), "echo a; exit 7".into()];
+        assert_eq!(run.reproducer("run-qemu", &semi)[..13], *"./lab.sh run ");
+        let e = run.opts("default").unwrap();
+        assert_eq!(e.collect, ["/tmp/x"]);
+    }
+
+    #[test]
+    fn bad_values_are_refused_with_the_choices() {
+        let e = Cli::try_parse_from(["lab", "run", "--flavor", "perff"]).err().unwrap().to_string();
+        assert!(e.contains("perff") && e.contains("debug") && e.contains("perf"), "{e}");
+        let Cmd::Run { run, .. } = parse(&["run", "--collect", "relative/path"]) else { panic!() };
+        assert!(run.opts("default").unwrap_err().to_string().contains("absolute guest path"));
+        let Cmd::Run { run, .. } = parse(&["run", "--filter", "ctabs*", "--until-fail"]) else { panic!() };
+        let o = run.opts("kunit").unwrap();
+        assert!(o.append.contains(&"kunit.filter_glob=ctabs*".to_string()));
+        assert_eq!((o.repeat, o.until_fail), (args::UNTIL_FAIL_RUNS, true));
+        assert!(Cli::try_parse_from(["lab", "run", "--repeat", "0"]).is_err());
+    }
+
+    #[test]
+    fn conformance_selection_parses() {
+        let Cmd::Conformance { cases, run } = parse(&["conformance", "--case", "tc_deferral", "--repeat", "20"]) else {
+            panic!()
+        };
+        assert_eq!((cases.cases.as_slice(), run.repeat), (&["tc_deferral".to_string()][..], Some(20)));
+        assert!(run::case_list().lines().any(|l| l.starts_with("fd_cycle_leak") && l.contains("(opt-in)")));
     }
 }

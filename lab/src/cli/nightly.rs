@@ -71,8 +71,14 @@ fn fuzz_plan(ops: u64) -> Plan {
         ("BINDER_FUZZ_SECONDS".to_string(), (ops / 200 + 600).to_string()),
     ]
     .into();
-    let step = Step { name: "fuzz".into(), argv: vec!["/bin/binder-fuzz".into()], timeout_s: ops / 150 + 900, env };
-    Plan { name: "fuzz-nightly".into(), steps: vec![step], shell: false }
+    let step = Step {
+        name: "fuzz".into(),
+        argv: vec!["/bin/binder-fuzz".into()],
+        timeout_s: ops / 150 + 900,
+        env,
+        ..Default::default()
+    };
+    Plan { name: "fuzz-nightly".into(), steps: vec![step], ..Default::default() }
 }
 
 /// The nightly's result.
@@ -502,7 +508,7 @@ pub fn command(
         baseline,
         threshold_pct: threshold,
         fuzz_ops: fuzz_ops.unwrap_or(if quick { 20_000 } else { 1_000_000 }),
-        base: run_args.opts("default"),
+        base: run_args.opts("default")?,
         measure_tcg: run_args.tcg.unwrap_or(qemu::Tcg::Icount),
     };
     let n = run(&opts)?;

@@ -15,7 +15,7 @@ pub fn rerender(dir: &Path) -> Result<()> {
 
 pub fn run(profile: Profile, out: Option<PathBuf>, args: &RunArgs) -> Result<Exit> {
     let out = out.unwrap_or_else(|| paths::repo().join("target/lab/reproduce").join(stamp::utc_stamp()));
-    let r = reproduce::run(profile, &args.measure_opts("bench"), &out)?;
+    let r = reproduce::run(profile, &args.measure_opts("bench")?, &out)?;
     println!("{}", r.text);
     for o in r.outcomes() {
         for p in o.problems() {

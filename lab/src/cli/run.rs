@@ -1,21 +1,75 @@
-//! `lab run`, `lab conformance` and `lab fuzz`: one run of a plan, its summary (and per-case
-//! table), non-zero exit on any failure.
+//! `lab run`, `lab conformance` and `lab fuzz`: one run of a plan (or of one command), its
+//! summary (and per-case table); the exit code says what failed (README "Exit codes").
 
 use crate::cli::args::RunArgs;
+use crate::harness::adhoc;
 use crate::harness::outcome::Exit;
 use crate::report::{self, summary::summary};
 use anyhow::Result;
 
 pub fn run(args: &RunArgs) -> Result<Exit> {
-    let o = report::run(&args.opts("default"))?;
+    let o = report::run(&args.opts("default")?)?;
     print!("{}", summary(&o));
+    if !o.ok() {
+        println!("reproduce: {}", args.reproducer("run-qemu", &[]));
+    }
     Ok(o.exit())
 }
 
+/// `lab run -- CMD`: the command's output on stdout, the lab's on stderr, its exit code ours
+/// (it may be any code, so this exits itself unless the command passed).
+pub fn command(args: &RunArgs, timeout_s: u64, command: &[String]) -> Result<Exit> {
+    if args.plan.is_some() {
+        anyhow::bail!("give either --plan or a command after `--`, not both");
+    }
+    let plan = adhoc::command_plan(command, timeout_s);
+    let opts = crate::harness::opts::RunOpts { stream: true, ..args.opts("default")? };
+    let o = report::run_plan(&plan, &opts)?;
+    let code = adhoc::exit_code(&o);
+    eprint!("{}", summary(&o));
+    if code != 0 {
+        let mut extra = vec![];
+        if timeout_s != 600 {
+            extra.extend(["--timeout".to_string(), timeout_s.to_string()]);
+        }
+        extra.push("--".into());
+        extra.extend(command.iter().cloned());
+        eprintln!("lab: exit code {code}; reproduce: {}", args.reproducer("run-qemu", &extra));
+    }
+    if code == 0 {
+        return Ok(Exit::Ok);
+    }
+    std::process::exit(code);
+}
+
+/// Which conformance cases run.
+#[derive(clap::Args, Default)]
+pub struct CaseArgs {
+    /// Print the suite's cases and exit (no boot).
+    #[arg(long)]
+    pub list: bool,
+    /// Run only this case (repeatable; opt-in cases run only when named).
+    #[arg(long = "case", value_name = "NAME")]
+    pub cases: Vec<String>,
+    /// Leave this case out (repeatable).
+    #[arg(long = "skip", value_name = "NAME")]
+    pub skip: Vec<String>,
+}
+
+/// The conformance cases, one line each.
+pub fn case_list() -> String {
+    let w = labproto::CONFORMANCE_CASES.iter().map(|c| c.name.len()).max().unwrap_or(0);
+    labproto::CONFORMANCE_CASES
+        .iter()
+        .map(|c| format!("{:<w$}  {}{}\n", c.name, if c.opt_in { "(opt-in) " } else { "" }, c.summary))
+        .collect()
+}
+
 /// Runs a plan and prints the per-case table (with the run's summary below it).
-pub fn suite(args: &RunArgs, default_plan: &str) -> Result<Exit> {
-    let opts = args.opts(default_plan);
-    let o = report::run(&opts)?;
+pub fn suite(args: &RunArgs, default_plan: &str, sel: &CaseArgs) -> Result<Exit> {
+    let opts = args.opts(default_plan)?;
+    let plan = adhoc::select_cases(&crate::harness::opts::load_plan(&opts.plan)?, &sel.cases, &sel.skip)?;
+    let o = report::run_plan(&plan, &opts)?;
     print!("{}", report::case_table(&o));
     println!(
         "kernel: {} flavor; reports: {} and {}",
@@ -29,5 +83,22 @@ pub fn suite(args: &RunArgs, default_plan: &str) -> Result<Exit> {
             println!("{l}");
         }
     }
+    if !o.ok() {
+        let task = if default_plan == "fuzz" { "fuzz" } else { "conformance" };
+        let failed = adhoc::failed_cases(&o);
+        for case in &failed {
+            println!("reproduce {case}: {}", args.reproducer(task, &["--case".into(), case.clone()]));
+        }
+        if failed.is_empty() {
+            println!("reproduce: {}", args.reproducer(task, &sel.cli_args()));
+        }
+    }
     Ok(o.exit())
+}
+
+impl CaseArgs {
+    fn cli_args(&self) -> Vec<String> {
+        let c = self.cases.iter().flat_map(|n| ["--case".to_string(), n.clone()]);
+        c.chain(self.skip.iter().flat_map(|n| ["--skip".to_string(), n.clone()])).collect()
+    }
 }

@@ -91,14 +91,14 @@ mod tests {
     #[test]
     fn board_hash_is_the_file_contents() {
         let d = tempfile::tempdir().unwrap();
-        let (board, board_sha256) = load_board_file("sa8155p").unwrap();
+        let (board, board_sha256) = load_board_file("sa8155p", None, None).unwrap();
         let p = Prepared {
             kernel: Built { flavor: "perf".into(), key: "0123456789abcdef".into(), dir: d.path().into() },
             board,
             board_sha256,
             dtb: d.path().join("board.dtb"),
             initrd: d.path().join("initramfs.cpio"),
-            plan: labproto::Plan { name: "default".into(), steps: vec![], shell: false },
+            plan: labproto::Plan { name: "default".into(), ..Default::default() },
             qemu: crate::harness::qemu::QEMU.into(),
             qemu_key: None,
         };

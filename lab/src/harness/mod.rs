@@ -2,6 +2,9 @@
 //! its outcome and manifest, the console's splat scanner and KTAP parser, the board's
 //! `[expect]` check. Imports `kbuild`, `provision` and `support`.
 
+pub mod adhoc;
+pub mod board_override;
+pub mod collect;
 pub mod dtb;
 pub mod expect;
 pub mod ktap;

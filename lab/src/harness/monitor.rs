@@ -69,6 +69,8 @@ pub struct Monitor {
     verdict: Option<Verdict>,
     panic_report_s: Option<f64>,
     qmp_lost: bool,
+    /// Collected-file chunks not yet taken by the caller (they are not kept as events).
+    chunks: Vec<Event>,
 }
 
 impl Monitor {
@@ -88,7 +90,13 @@ impl Monitor {
             verdict: None,
             panic_report_s: None,
             qmp_lost: false,
+            chunks: vec![],
         }
+    }
+
+    /// The collected-file chunks received since the last call, for the caller to write out.
+    pub fn take_chunks(&mut self) -> Vec<Event> {
+        std::mem::take(&mut self.chunks)
     }
 
     pub fn verdict(&self) -> Option<&Verdict> {
@@ -132,6 +140,9 @@ impl Monitor {
     }
 
     fn result(&mut self, now: Instant, ev: Event) {
+        if matches!(ev, Event::FileChunk { .. }) {
+            return self.chunks.push(ev);
+        }
         if self.verdict.is_none() {
             match &ev {
                 Event::Hello { .. } => {
@@ -139,7 +150,9 @@ impl Monitor {
                     self.enter(Phase::Idle, now + STEP_GRACE);
                 }
                 Event::StepStart { step } => {
-                    let t = Duration::from_secs(self.step_timeouts.get(step).copied().unwrap_or(60));
+                    // `STEP@N` in a repeated plan.
+                    let t = self.step_timeouts.get(labproto::plan_step(step)).copied().unwrap_or(60);
+                    let t = Duration::from_secs(t);
                     self.enter(Phase::Step(step.clone()), now + t + STEP_GRACE);
                 }
                 Event::StepEnd { .. } => self.enter(Phase::Idle, now + STEP_GRACE),
@@ -216,8 +229,8 @@ mod tests {
     use labproto::Step;
 
     fn plan() -> Plan {
-        let step = |name: &str, timeout_s| Step { name: name.into(), argv: vec![], timeout_s, env: Default::default() };
-        Plan { name: "p".into(), steps: vec![step("a", 5), step("b", 30)], shell: false }
+        let step = |name: &str, timeout_s| Step { name: name.into(), timeout_s, ..Default::default() };
+        Plan { name: "p".into(), steps: vec![step("a", 5), step("b", 30)], ..Default::default() }
     }
 
     fn hello() -> Input {

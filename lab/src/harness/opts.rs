@@ -31,6 +31,18 @@ pub struct RunOpts {
     pub qemu: crate::kbuild::qemu::Choice,
     /// TCG plugins (`path,arg=value`); `{run}` in an argument becomes the run directory.
     pub plugins: Vec<String>,
+    /// Runs of the plan's step list in one boot (`--repeat`; 0 and 1: once).
+    pub repeat: u32,
+    /// Stop repeating at the first run with a failure (`--until-fail`).
+    pub until_fail: bool,
+    /// Guest paths every step sends back when it ends (`--collect`).
+    pub collect: Vec<String>,
+    /// Fewer CPUs than the board has (`--smp`: CPUs 0..N-1).
+    pub smp: Option<u32>,
+    /// Other memory than the board's (`--memory`, QEMU -m syntax).
+    pub memory: Option<String>,
+    /// Print the steps' output lines on stdout as they arrive (`lab run -- CMD`).
+    pub stream: bool,
 }
 
 impl Default for RunOpts {
@@ -50,7 +62,27 @@ impl Default for RunOpts {
             name: String::new(),
             qemu: Default::default(),
             plugins: vec![],
+            repeat: 0,
+            until_fail: false,
+            collect: vec![],
+            smp: None,
+            memory: None,
+            stream: false,
         }
+    }
+}
+
+impl RunOpts {
+    /// Option combinations that cannot do what they say.
+    pub fn check(&self) -> Result<()> {
+        if self.pin && self.tcg != Tcg::Multi {
+            let mode = format!("{:?}", self.tcg).to_lowercase();
+            bail!(
+                "--pin pins each vCPU thread to a host CPU, but --tcg {mode} runs all vCPUs in one \
+                 thread, so there is nothing to pin: use --pin with --tcg multi, or drop --pin"
+            );
+        }
+        Ok(())
     }
 }
 
@@ -87,20 +119,31 @@ pub fn load_plan(name: &str) -> Result<Plan> {
 }
 
 pub fn load_board(name: &str) -> Result<board::Board> {
-    Ok(load_board_file(name)?.0)
+    Ok(load_board_file(name, None, None)?.0)
 }
 
-/// The board and the SHA-256 of the exact bytes it was parsed from (for the manifest).
-pub fn load_board_file(name: &str) -> Result<(board::Board, String)> {
+/// The board with `--smp`/`--memory` applied, and the SHA-256 of the exact bytes of its file
+/// (for the manifest).
+pub fn load_board_file(name: &str, smp: Option<u32>, memory: Option<&str>) -> Result<(board::Board, String)> {
     let path = resolve(name, &paths::board_dir(), "toml", "board")?;
     let text = std::fs::read_to_string(&path).with_context(|| format!("reading the board file {}", path.display()))?;
-    let board = board::Board::from_str_named(&text, &path.display().to_string())?;
+    let board = crate::harness::board_override::load(&path, smp, memory)?;
     Ok((board, crate::support::fs::sha256_hex(text.as_bytes())))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pin_needs_multi_threaded_tcg() {
+        for tcg in [Tcg::Single, Tcg::Icount] {
+            let e = RunOpts { pin: true, tcg, ..Default::default() }.check().unwrap_err().to_string();
+            assert!(e.contains("nothing to pin") && e.contains("--tcg multi"), "{e}");
+        }
+        RunOpts { pin: true, tcg: Tcg::Multi, ..Default::default() }.check().unwrap();
+        RunOpts::default().check().unwrap();
+    }
 
     #[test]
     fn shipped_plans_and_boards_load() {

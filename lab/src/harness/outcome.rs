@@ -75,6 +75,9 @@ pub struct Outcome {
     pub panic_report_s: Option<f64>,
     /// Last console lines, shown with timed-out steps.
     pub console_tail: String,
+    /// What went wrong receiving collected files (the guest's own reasons are FileEnd events).
+    #[serde(default)]
+    pub collect_errors: Vec<String>,
 }
 
 impl Outcome {
@@ -126,6 +129,8 @@ impl Outcome {
             }
         }
         p.extend(self.topology_mismatches.iter().cloned());
+        p.extend(crate::harness::collect::summary(&self.events).1);
+        p.extend(self.collect_errors.iter().cloned());
         if !matches!(self.verdict, Verdict::Panic { .. }) {
             p.extend(self.splats.iter().map(|s| format!("kernel splat ({}):\n{}", s.kind, s.text)));
         }
@@ -148,7 +153,9 @@ impl Outcome {
         let step_timeout = self.events.iter().any(|e| matches!(e, Event::StepEnd { timed_out: true, .. }));
         let failed = !self.failed_steps().is_empty()
             || self.results().any(|r| r.2 == Status::Fail)
-            || !self.topology_mismatches.is_empty();
+            || !self.topology_mismatches.is_empty()
+            || !self.collect_errors.is_empty()
+            || !crate::harness::collect::summary(&self.events).1.is_empty();
         [
             verdict,
             if self.splats.is_empty() { Exit::Ok } else { Exit::KernelFault },
@@ -206,6 +213,7 @@ pub(crate) mod tests {
             wall_s: 1.0,
             panic_report_s: None,
             console_tail: String::new(),
+            collect_errors: vec![],
         }
     }
 

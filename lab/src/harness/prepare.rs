@@ -28,7 +28,7 @@ pub struct Prepared {
 /// Builds what is missing and writes the DTB and initramfs into `dir`.
 pub fn prepare(opts: &RunOpts, plan: Plan, dir: &Path) -> Result<Prepared> {
     let cache = paths::cache();
-    let (board, board_sha256) = load_board_file(&opts.board)?;
+    let (board, board_sha256) = load_board_file(&opts.board, opts.smp, opts.memory.as_deref())?;
     check_hicount(opts, &board)?;
     let kernel = kernel::build(&opts.flavor)?;
     let (qemu_bin, qemu_key) = crate::kbuild::qemu::resolve(opts.qemu)?;

@@ -5,10 +5,11 @@
 use crate::kbuild::pin::Lock;
 use crate::support::fs::{sha256_hex, write_atomic};
 use crate::support::paths;
-use crate::support::process::output;
+use crate::support::process::{output, sh};
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use xshell::cmd;
 
 /// Branch holding the pristine tarball; the series sits on `lab`.
 pub const BASE_BRANCH: &str = "base";
@@ -31,14 +32,14 @@ pub fn tree_dir(cache: &Path, lock: &Lock) -> PathBuf {
 /// and the exported patches). Read-only commands take no optional locks, so reading the
 /// tree never disturbs another process that is changing it.
 pub fn git(dir: &Path) -> Command {
-    let mut c = Command::new("git");
-    c.current_dir(dir)
+    let sh = sh();
+    sh.change_dir(dir);
+    let c = cmd!(sh, "git -c core.autocrlf=false -c advice.detachedHead=false")
         .envs(IDENT)
         .env("GIT_CONFIG_NOSYSTEM", "1")
         .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_OPTIONAL_LOCKS", "0")
-        .args(["-c", "core.autocrlf=false", "-c", "advice.detachedHead=false"]);
-    c
+        .env("GIT_OPTIONAL_LOCKS", "0");
+    Command::from(c)
 }
 
 fn git_out(dir: &Path, args: &[&str]) -> Result<String> {

@@ -81,11 +81,11 @@ pub fn interleaved(name: &str, reps: usize, jobs: &[Job], modes: &[(u32, Vec<Str
                 if r % 2 == 0 { modes.iter().collect() } else { modes.iter().rev().collect() };
             for (m, extra) in order {
                 let argv = j.argv.iter().chain(extra).cloned().collect();
-                steps.push(Step { name: step_name(j.bench, *m, r), argv, timeout_s: 600, env: Default::default() });
+                steps.push(Step { name: step_name(j.bench, *m, r), argv, timeout_s: 600, ..Default::default() });
             }
         }
     }
-    Plan { name: name.to_string(), steps, shell: false }
+    Plan { name: name.to_string(), steps, ..Default::default() }
 }
 
 fn cell(rows: &BTreeMap<String, Row>, metric: &str, mode: u32, digits: usize, unit: &str) -> String {

@@ -5,10 +5,11 @@
 //!   busybox. The host's sources and preferences are never written.
 
 use crate::support::fs::write_atomic;
-use crate::support::process::{have_tool, output};
+use crate::support::process::{have_tool, output, sh};
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use xshell::cmd;
 
 const KEYRING: &str = "/usr/share/keyrings/debian-archive-keyring.gpg";
 const MIRROR: &str = "http://deb.debian.org/debian";
@@ -26,8 +27,9 @@ pub fn host_codename() -> Option<String> {
 /// Installed versions of the given Debian packages (absent ones are left out), in one
 /// dpkg-query call.
 pub fn installed_versions(pkgs: &[&str]) -> std::collections::HashMap<String, String> {
-    let Ok(out) = Command::new("dpkg-query").args(["-W", "-f=${Package}\t${Status}\t${Version}\n"]).args(pkgs).output()
-    else {
+    let sh = sh();
+    let format = "-f=${Package}\t${Status}\t${Version}\n";
+    let Ok(out) = Command::from(cmd!(sh, "dpkg-query -W {format} {pkgs...}")).output() else {
         return Default::default();
     };
     parse_dpkg_query(&String::from_utf8_lossy(&out.stdout))
@@ -47,7 +49,8 @@ fn parse_dpkg_query(text: &str) -> std::collections::HashMap<String, String> {
 
 /// `dpkg --compare-versions a ge b`.
 pub fn version_ge(a: &str, b: &str) -> bool {
-    Command::new("dpkg").args(["--compare-versions", a, "ge", b]).status().map(|s| s.success()).unwrap_or(false)
+    let sh = sh();
+    Command::from(cmd!(sh, "dpkg --compare-versions {a} ge {b}")).status().map(|s| s.success()).unwrap_or(false)
 }
 
 /// How to become root for apt: `Some([])` as root, `Some(["sudo"])` with passwordless sudo.
@@ -96,9 +99,8 @@ pub fn host_install(pkgs: &[String], backports: Option<&str>, cache: &Path) -> R
         let mut argv = prefix.clone();
         argv.push("apt-get".into());
         argv.extend(args);
-        let st = Command::new(&argv[0])
-            .args(&argv[1..])
-            .env("DEBIAN_FRONTEND", "noninteractive")
+        let (sh, program, rest) = (sh(), &argv[0], &argv[1..]);
+        let st = Command::from(cmd!(sh, "{program} {rest...}").env("DEBIAN_FRONTEND", "noninteractive"))
             .status()
             .context("running apt-get")?;
         if !st.success() {
@@ -187,7 +189,8 @@ impl PrivateApt {
     pub fn update(&self) -> Result<()> {
         self.prepare()?;
         crate::support::progress::note(format!("refreshing private apt lists in {}", self.root.display()));
-        let st = Command::new("apt-get").args(self.opts()).args(["-q", "update"]).status()?;
+        let (sh, opts) = (sh(), self.opts());
+        let st = Command::from(cmd!(sh, "apt-get {opts...} -q update")).status()?;
         if !st.success() {
             bail!("private `apt-get update` failed ({st}); is the Debian mirror reachable?");
         }
@@ -196,7 +199,8 @@ impl PrivateApt {
 
     /// Every version of `pkg` the private sources serve, newest first.
     pub fn versions(&self, pkg: &str) -> Result<Vec<PkgVersion>> {
-        let out = Command::new("apt-cache").args(self.opts()).args(["show", pkg]).output()?;
+        let (sh, opts) = (sh(), self.opts());
+        let out = Command::from(cmd!(sh, "apt-cache {opts...} show {pkg}")).output()?;
         let mut v = parse_show(&String::from_utf8_lossy(&out.stdout));
         v.sort_by(|a, b| {
             if a.version == b.version {
@@ -215,7 +219,9 @@ impl PrivateApt {
     /// from the signed index.
     pub fn download(&self, spec: &str, dest: &Path) -> Result<PathBuf> {
         std::fs::create_dir_all(dest)?;
-        let st = Command::new("apt-get").args(self.opts()).args(["-q", "download", spec]).current_dir(dest).status()?;
+        let (sh, opts) = (sh(), self.opts());
+        sh.change_dir(dest);
+        let st = Command::from(cmd!(sh, "apt-get {opts...} -q download {spec}")).status()?;
         if !st.success() {
             bail!("apt-get download {spec} failed ({st})");
         }
@@ -342,5 +348,19 @@ mod tests {
             assert!(version_ge("7.2.13-1", "7.2.12-1~bpo13+1"));
             assert!(!version_ge("7.2.12-1~bpo13+1", "7.2.12-1"));
         }
+    }
+}
+
+#[cfg(test)]
+mod live_tests {
+    /// Reads the cache's private apt lists (run by hand: `--ignored`; needs `cargo make setup`).
+    #[test]
+    #[ignore = "reads the machine's lab cache"]
+    fn private_apt_serves_the_pinned_kernel() {
+        let apt = super::PrivateApt::new(&crate::support::paths::cache());
+        let v = apt.versions("linux-source-7.2").unwrap();
+        assert!(!v.is_empty());
+        assert!(super::version_ge("7.2.12-1", "7.2.1-1") && !super::version_ge("7.2.1-1", "7.2.12-1"));
+        assert!(super::installed_versions(&["dpkg"]).contains_key("dpkg"));
     }
 }

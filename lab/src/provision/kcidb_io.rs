@@ -1,10 +1,10 @@
 //! kcidb-io, KernelCI's KCIDB schema validator, in a private venv in the cache: the nightly
 //! validates its kcidb.json with it. Installed by `lab setup` like the rest of the toolchain.
 
-use crate::support::process::output;
+use crate::support::process::{output, sh};
 use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use xshell::cmd;
 
 /// The pinned validator (PyPI).
 pub const KCIDB_IO: &str = "kcidb-io==141";
@@ -23,9 +23,11 @@ pub fn ensure(cache: &Path) -> Result<PathBuf> {
     }
     crate::support::progress::note(format!("installing {KCIDB_IO} into {}", venv.display()));
     let _ = std::fs::remove_dir_all(&venv);
-    let installed = output(Command::new("python3").arg("-m").arg("venv").arg(&venv))
-        .and_then(|_| output(Command::new(venv.join("bin/pip")).args(["install", "-q", KCIDB_IO])))
-        .and_then(|_| output(Command::new(&py).args(["-c", "import kcidb_io"])));
+    let sh = sh();
+    let pip = venv.join("bin/pip");
+    let installed = output(&mut cmd!(sh, "python3 -m venv {venv}").into())
+        .and_then(|_| output(&mut cmd!(sh, "{pip} install -q {KCIDB_IO}").into()))
+        .and_then(|_| output(&mut cmd!(sh, "{py} -c 'import kcidb_io'").into()));
     if let Err(e) = installed {
         let _ = std::fs::remove_dir_all(&venv);
         return Err(e).with_context(|| {
@@ -38,4 +40,17 @@ pub fn ensure(cache: &Path) -> Result<PathBuf> {
     }
     std::fs::write(&ready, KCIDB_IO)?;
     Ok(py)
+}
+
+#[cfg(test)]
+mod tests {
+    /// Installs kcidb-io into a fresh directory (run by hand: `--ignored`; needs PyPI).
+    #[test]
+    #[ignore = "downloads kcidb-io from PyPI"]
+    fn installs_into_a_fresh_cache() {
+        let d = tempfile::tempdir().unwrap();
+        let py = super::ensure(d.path()).unwrap();
+        assert!(py.is_file());
+        assert_eq!(super::ensure(d.path()).unwrap(), py, "the second call reuses the venv");
+    }
 }

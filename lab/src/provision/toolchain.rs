@@ -2,10 +2,11 @@
 //! Each step detects what is already there first, so a warm machine does no work.
 
 use crate::provision::apt::{self, PrivateApt};
-use crate::support::process::{have_tool, output};
+use crate::support::process::{have_tool, output, sh};
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use xshell::cmd;
 
 /// The LLVM suffix passed as `LLVM=-19`.
 pub const LLVM_SUFFIX: &str = "-19";
@@ -58,18 +59,17 @@ impl Toolchain {
 
     /// A `make` for the kernel tree `src` building into `out`, with the toolchain's env.
     pub fn make(&self, src: &Path, out: &Path) -> Command {
-        let mut c = Command::new("make");
         let path = std::env::var_os("PATH").unwrap_or_default();
         let mut dirs = vec![self.bindgen_bin_dir.clone()];
         dirs.extend(std::env::split_paths(&path));
-        c.current_dir(src)
+        let sh = sh();
+        sh.change_dir(src);
+        let o = format!("O={}", out.display());
+        // LOCALVERSION defined but empty: keeps setlocalversion from appending "+" for the git tree.
+        let make = cmd!(sh, "make ARCH=arm64 LLVM={LLVM_SUFFIX} LOCALVERSION= {o}")
             .env("PATH", std::env::join_paths(dirs).expect("PATH joins"))
-            .env("RUST_LIB_SRC", &self.rust_lib_src)
-            .arg("ARCH=arm64")
-            .arg(format!("LLVM={LLVM_SUFFIX}"))
-            // Defined but empty: keeps setlocalversion from appending "+" for the git tree.
-            .arg("LOCALVERSION=")
-            .arg(format!("O={}", out.display()));
+            .env("RUST_LIB_SRC", &self.rust_lib_src);
+        let mut c = Command::from(make);
         // Reproducible builds: the same inputs give the same Image on any machine, so a
         // deterministic guest stays deterministic across hosts (no build time, user, host or
         // per-link build counter in the banner).
@@ -177,7 +177,8 @@ fn ensure_rust_src(cache: &Path) -> Result<PathBuf> {
             };
             let deb = apt.download(&format!("rust-src={}", v.version), &cache.join("downloads"))?;
             crate::support::fs::publish_dir(&rust_src_dir(cache, &rustc), |tmp| {
-                let st = Command::new("dpkg-deb").arg("-x").arg(&deb).arg(tmp).status()?;
+                let sh = sh();
+                let st = Command::from(cmd!(sh, "dpkg-deb -x {deb} {tmp}")).status()?;
                 if !st.success() {
                     bail!("dpkg-deb -x {} failed", deb.display());
                 }

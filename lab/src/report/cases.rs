@@ -333,6 +333,7 @@ pub(crate) mod tests {
             wall_s: 12.5,
             panic_report_s: None,
             console_tail: "last <line>".into(),
+            collect_errors: vec![],
         }
     }
 

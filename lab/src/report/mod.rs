@@ -4,6 +4,7 @@
 pub mod cases;
 pub mod html;
 pub mod kcidb;
+pub mod ktap;
 pub mod nightly;
 pub mod summary;
 
@@ -17,10 +18,11 @@ use std::path::Path;
 
 pub use cases::{case_table, junit_merged, junit_xml, tap, test_cases, xml_escape, TestCase};
 
-/// Writes `junit.xml` and `results.tap` into the run directory.
+/// Writes `junit.xml`, `results.tap` and `results.ktap` into the run directory.
 pub fn write_reports(dir: &Path, o: &Outcome) -> Result<()> {
     write_atomic(&dir.join("junit.xml"), junit_xml(o).as_bytes())?;
-    write_atomic(&dir.join("results.tap"), tap(o).as_bytes())
+    write_atomic(&dir.join("results.tap"), tap(o).as_bytes())?;
+    write_atomic(&dir.join("results.ktap"), ktap::ktap(o).as_bytes())
 }
 
 /// Runs `plan` (see [`harness_run::run_plan`]) and leaves its JUnit and TAP reports in the

@@ -5,6 +5,14 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Command, Stdio};
 
+/// The lab builds external commands with xshell's `cmd!` (each interpolated value is one
+/// argument, never re-split by a shell) and runs them as `std::process::Command`s through
+/// [`output`] or [`run_logged`], which add PDEATHSIG and the log. `sh()` is the shell they
+/// are built in.
+pub fn sh() -> xshell::Shell {
+    xshell::Shell::new().expect("the current directory is readable")
+}
+
 /// True when `name` is on PATH (or is a path that exists).
 pub fn have_tool(name: &str) -> bool {
     if name.contains('/') {

@@ -11,6 +11,9 @@
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
+mod cases;
+pub use cases::{conformance_case, CaseInfo, CONFORMANCE_CASES};
+
 /// Where the plan lives inside the initramfs.
 pub const PLAN_PATH: &str = "/etc/lab/plan.json";
 /// Name of the virtio-serial port that carries results (`/sys/class/virtio-ports/*/name`).
@@ -40,10 +43,40 @@ pub struct Plan {
     /// Drop to an interactive shell (`/bin/sh` on the console) after the steps.
     #[serde(default)]
     pub shell: bool,
+    /// Runs of the whole step list in this boot (0 and 1: once). When it is more than one,
+    /// every run's steps are reported as `NAME@N` (see [`iteration_step`]).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub repeat: u32,
+    /// Stop repeating after the first run in which a step failed (non-zero exit, signal,
+    /// timeout or a failed result).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub until_fail: bool,
+}
+
+fn is_default<T: Default + PartialEq>(v: &T) -> bool {
+    *v == T::default()
+}
+
+/// The name a step is reported under in run `n` (1-based) of a repeated plan: the plain name
+/// when the plan runs once, `NAME@N` otherwise, so every run's results stay apart.
+pub fn iteration_step(name: &str, n: u32, of: u32) -> String {
+    if of <= 1 {
+        name.to_string()
+    } else {
+        format!("{name}@{n}")
+    }
+}
+
+/// The plan's step name behind a reported one (`conformance@3` -> `conformance`).
+pub fn plan_step(reported: &str) -> &str {
+    match reported.rsplit_once('@') {
+        Some((base, n)) if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => base,
+        _ => reported,
+    }
 }
 
 /// One program run by the init, with a timeout.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Step {
     pub name: String,
     /// argv[0] is an absolute path inside the guest, or a name looked up in /bin.
@@ -51,6 +84,10 @@ pub struct Step {
     pub timeout_s: u64,
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// Guest paths (files or directories) sent to the host when the step ends, as
+    /// [`Event::FileChunk`]s and one [`Event::FileEnd`] per file.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub collect: Vec<String>,
 }
 
 /// Outcome of a single test case.
@@ -95,6 +132,23 @@ pub enum Event {
         timed_out: bool,
         duration_ms: f64,
     },
+    /// Part of a collected file: `data` is base64 of the bytes at `offset`. Chunks of one
+    /// file come in order, before its [`Event::FileEnd`].
+    FileChunk {
+        step: String,
+        path: String,
+        offset: u64,
+        data: String,
+    },
+    /// A collected file is complete (`size` bytes were sent), or could not be read
+    /// (`error`). `path` is the guest path of the file.
+    FileEnd {
+        step: String,
+        path: String,
+        size: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
     /// The init itself failed; it powers off right after sending this.
     InitError {
         message: String,
@@ -118,6 +172,21 @@ impl Event {
         }
         serde_json::from_str(t).ok()
     }
+}
+
+/// Bytes of a collected file per [`Event::FileChunk`] (64 KiB of base64 per line).
+pub const FILE_CHUNK_BYTES: usize = 48 << 10;
+
+/// The `data` of a [`Event::FileChunk`].
+pub fn encode_chunk(bytes: &[u8]) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+/// The bytes of a [`Event::FileChunk`]'s `data`.
+pub fn decode_chunk(data: &str) -> Result<Vec<u8>, String> {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.decode(data).map_err(|e| format!("bad base64 in a file chunk: {e}"))
 }
 
 /// Helper for step programs: print one result on stdout for the init to forward.
@@ -195,10 +264,30 @@ mod tests {
     }
 
     #[test]
+    fn iteration_names_round_trip() {
+        assert_eq!(iteration_step("conformance", 1, 1), "conformance");
+        assert_eq!(iteration_step("conformance", 3, 20), "conformance@3");
+        assert_eq!(plan_step("conformance@3"), "conformance");
+        assert_eq!(plan_step("conformance"), "conformance");
+        assert_eq!(plan_step("user@host"), "user@host");
+        assert_eq!(plan_step("x@"), "x@");
+    }
+
+    #[test]
+    fn chunks_round_trip() {
+        let bytes: Vec<u8> = (0..=255).collect();
+        assert_eq!(decode_chunk(&encode_chunk(&bytes)).unwrap(), bytes);
+        assert!(decode_chunk("not base64!").unwrap_err().contains("bad base64"));
+    }
+
+    #[test]
     fn plan_defaults() {
         let p: Plan =
             serde_json::from_str(r#"{"name":"x","steps":[{"name":"a","argv":["/bin/a"],"timeout_s":5}]}"#).unwrap();
         assert!(!p.shell);
-        assert!(p.steps[0].env.is_empty());
+        assert!(p.steps[0].env.is_empty() && p.steps[0].collect.is_empty());
+        assert_eq!((p.repeat, p.until_fail), (0, false));
+        // Defaults stay off the wire, so plans written before these fields read the same.
+        assert!(!serde_json::to_string(&p).unwrap().contains("repeat"));
     }
 }

@@ -326,3 +326,22 @@ fn main() {
     }
     std::process::exit(if failed == 0 { 0 } else { 1 });
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // The host lists and checks case names from labproto's catalogue without booting: it
+    // must be this program's table, in this order.
+    #[test]
+    fn catalogue_matches_the_cases() {
+        let here: Vec<(&str, bool)> = CASES
+            .iter()
+            .map(|c| (c.name, false))
+            .chain([(LEAKS, false)])
+            .chain(OPT_IN.iter().map(|c| (c.name, true)))
+            .collect();
+        let catalogue: Vec<(&str, bool)> = labproto::CONFORMANCE_CASES.iter().map(|c| (c.name, c.opt_in)).collect();
+        assert_eq!(here, catalogue, "update rootfs/proto/src/cases.rs with the case table");
+    }
+}

@@ -2,6 +2,7 @@
 //! Hello on the result port, runs the plan's steps (forwarding their results), sends
 //! Done and powers off. It never exits or hangs: every failure ends in a power-off.
 
+mod collect;
 mod sink;
 mod step;
 mod sys;
@@ -144,6 +145,25 @@ fn run_shell() -> Result<(), String> {
     }
 }
 
+/// The plan's steps, `repeat` times in this boot; returns the runs made.
+fn run_steps(plan: &Plan, sink: &mut Sink) -> u32 {
+    let runs = plan.repeat.max(1);
+    for n in 1..=runs {
+        let mut failed = false;
+        for s in &plan.steps {
+            failed |= step::run(s, &labproto::iteration_step(&s.name, n, runs), sink);
+        }
+        if runs > 1 {
+            sys::log(&format!("run {n} of {runs}: {}", if failed { "failed" } else { "passed" }));
+        }
+        if failed && plan.until_fail {
+            sys::log(&format!("until-fail: stopping after run {n} of {runs}"));
+            return n;
+        }
+    }
+    runs
+}
+
 fn run(sink: &mut Sink) -> Result<(), String> {
     do_mounts(EARLY_MOUNTS)?;
     sys::ensure_stdio();
@@ -165,9 +185,7 @@ fn run(sink: &mut Sink) -> Result<(), String> {
     let path = plan_path(&cmdline);
     let plan = load_plan(&path)?;
     sys::log(&format!("plan '{}' from {path}: {} step(s)", plan.name, plan.steps.len()));
-    for s in &plan.steps {
-        step::run(s, sink);
-    }
+    run_steps(&plan, sink);
     sink.send(&Event::Done);
     if plan.shell {
         run_shell()?;
@@ -213,6 +231,63 @@ mod tests {
         assert_eq!(plan_path("console=ttyAMA0 lab.plan=/tmp/p.json quiet"), "/tmp/p.json");
         assert_eq!(plan_path("lab.plan="), PLAN_PATH);
         assert_eq!(plan_path("xlab.plan=/nope"), PLAN_PATH);
+    }
+
+    fn sh(name: &str, script: &str) -> labproto::Step {
+        labproto::Step {
+            name: name.into(),
+            argv: vec!["/bin/sh".into(), "-c".into(), script.into()],
+            timeout_s: 10,
+            ..Default::default()
+        }
+    }
+
+    fn step_starts(path: &std::path::Path) -> Vec<String> {
+        let text = std::fs::read_to_string(path).unwrap();
+        text.lines()
+            .filter_map(labproto::Event::parse_line)
+            .filter_map(|e| match e {
+                labproto::Event::StepStart { step } => Some(step),
+                _ => None,
+            })
+            .collect()
+    }
+
+    // Real processes on the host: repeat runs the step list again, until_fail stops it.
+    #[test]
+    fn repeat_and_until_fail() {
+        let _serial = crate::step::tests::processes();
+        let d = std::env::temp_dir().join(format!("lab-init-repeat-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        let counter = d.join("n");
+        // Fails on its third run.
+        let third_fails = format!("echo x >> {0}; [ $(wc -l < {0}) -ne 3 ]", counter.display());
+        let plan = |until_fail| Plan {
+            name: "r".into(),
+            steps: vec![sh("a", "true"), sh("b", &third_fails)],
+            repeat: 5,
+            until_fail,
+            ..Default::default()
+        };
+        let events = d.join("events.jsonl");
+        for (until_fail, runs) in [(false, 5), (true, 3)] {
+            std::fs::write(&events, "").unwrap();
+            std::fs::write(&counter, "").unwrap();
+            let mut sink = Sink::console();
+            sink.attach(&events).unwrap();
+            assert_eq!(run_steps(&plan(until_fail), &mut sink), runs);
+            let starts = step_starts(&events);
+            assert_eq!(starts.len(), 2 * runs as usize, "{starts:?}");
+            assert_eq!(&starts[..4], ["a@1", "b@1", "a@2", "b@2"]);
+        }
+        // Once: the plain names.
+        std::fs::write(&events, "").unwrap();
+        let mut sink = Sink::console();
+        sink.attach(&events).unwrap();
+        let once = Plan { name: "o".into(), steps: vec![sh("a", "true")], ..Default::default() };
+        assert_eq!(run_steps(&once, &mut sink), 1);
+        assert_eq!(step_starts(&events), ["a"]);
+        std::fs::remove_dir_all(&d).ok();
     }
 
     #[test]

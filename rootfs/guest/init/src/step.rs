@@ -82,17 +82,20 @@ pub struct Outcome {
     pub timed_out: bool,
 }
 
-pub fn run(step: &Step, sink: &mut Sink) {
-    let name = step.name.as_str();
+/// Runs `step`, reported as `name` (the plan's name, or `NAME@N` in a repeated plan), then
+/// sends the files it asked for. Returns whether it failed: a non-zero exit, a signal, a
+/// timeout or a failed result.
+pub fn run(step: &Step, name: &str, sink: &mut Sink) -> bool {
     sink.send(&Event::StepStart { step: name.to_string() });
     sys::log(&format!("step {name}: start {:?}", step.argv));
     let start = Instant::now();
-    let outcome = match spawn_and_watch(step, sink, start) {
+    let mut out = Output { name, sink, failed_result: false };
+    let outcome = match spawn_and_watch(step, &mut out, start) {
         Ok(o) => o,
         Err(e) => {
             let msg = format!("cannot run {:?}: {e}", step.argv);
             sys::log(&format!("step {name}: {msg}"));
-            sink.send(&Event::Result {
+            out.sink.send(&Event::Result {
                 step: name.to_string(),
                 case: "spawn".into(),
                 status: Status::Fail,
@@ -100,6 +103,7 @@ pub fn run(step: &Step, sink: &mut Sink) {
                 message: Some(msg),
                 data: serde_json::Value::Null,
             });
+            out.failed_result = true;
             Outcome { exit_code: None, signal: None, timed_out: false }
         }
     };
@@ -108,13 +112,35 @@ pub fn run(step: &Step, sink: &mut Sink) {
         "step {name}: end exit={:?} signal={:?} timed_out={} in {:.0} ms",
         outcome.exit_code, outcome.signal, outcome.timed_out, duration_ms
     ));
-    sink.send(&Event::StepEnd {
+    crate::collect::send(name, &step.collect, out.sink);
+    out.sink.send(&Event::StepEnd {
         step: name.to_string(),
         exit_code: outcome.exit_code,
         signal: outcome.signal,
         timed_out: outcome.timed_out,
         duration_ms,
     });
+    out.failed_result || outcome.timed_out || outcome.exit_code != Some(0)
+}
+
+/// Where a running step's output goes, and whether it reported a failure.
+struct Output<'a> {
+    name: &'a str,
+    sink: &'a mut Sink,
+    failed_result: bool,
+}
+
+impl Output<'_> {
+    fn line(&mut self, is_stdout: bool, line: &str) {
+        if is_stdout {
+            if let Some(ev) = classify_stdout(self.name, line) {
+                self.failed_result |= matches!(ev, Event::Result { status: Status::Fail, .. });
+                self.sink.send(&ev);
+                return;
+            }
+        }
+        sys::console_line(&format!("{}{line}", labproto::step_console_prefix(self.name)));
+    }
 }
 
 fn decode_status(st: libc::c_int) -> (Option<i32>, Option<i32>) {
@@ -127,14 +153,14 @@ fn decode_status(st: libc::c_int) -> (Option<i32>, Option<i32>) {
     }
 }
 
-fn spawn_and_watch(step: &Step, sink: &mut Sink, start: Instant) -> io::Result<Outcome> {
+fn spawn_and_watch(step: &Step, out: &mut Output, start: Instant) -> io::Result<Outcome> {
     let arg0 = step.argv.first().ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "empty argv"))?;
     let timeout = if step.timeout_s == 0 { DEFAULT_TIMEOUT } else { Duration::from_secs(step.timeout_s) };
     let mut child = Command::new(resolve_program(arg0))
         .args(&step.argv[1..])
         .env_clear()
         .envs(BASE_ENV.iter().copied())
-        .env("LAB_STEP", &step.name)
+        .env("LAB_STEP", out.name)
         .envs(&step.env)
         .current_dir("/")
         .stdin(Stdio::null())
@@ -145,14 +171,14 @@ fn spawn_and_watch(step: &Step, sink: &mut Sink, start: Instant) -> io::Result<O
         .spawn()?;
     let pid = child.id() as libc::pid_t;
     // We reap through waitpid(-1) (PID 1 also collects orphans), never via `child`.
-    let out = child.stdout.take().expect("piped");
-    let err = child.stderr.take().expect("piped");
+    let stdout = child.stdout.take().expect("piped");
+    let stderr = child.stderr.take().expect("piped");
     drop(child);
-    sys::set_nonblocking(out.as_raw_fd())?;
-    sys::set_nonblocking(err.as_raw_fd())?;
+    sys::set_nonblocking(stdout.as_raw_fd())?;
+    sys::set_nonblocking(stderr.as_raw_fd())?;
     let mut streams = [
-        Stream { pipe: Some(File::from(OwnedFd::from(out))), lines: LineBuf::default(), is_stdout: true },
-        Stream { pipe: Some(File::from(OwnedFd::from(err))), lines: LineBuf::default(), is_stdout: false },
+        Stream { pipe: Some(File::from(OwnedFd::from(stdout))), lines: LineBuf::default(), is_stdout: true },
+        Stream { pipe: Some(File::from(OwnedFd::from(stderr))), lines: LineBuf::default(), is_stdout: false },
     ];
 
     let deadline = start + timeout;
@@ -181,18 +207,18 @@ fn spawn_and_watch(step: &Step, sink: &mut Sink, start: Instant) -> io::Result<O
                 timed_out = true;
                 sys::log(&format!(
                     "step {}: timed out after {} s, killing its process group",
-                    step.name,
+                    out.name,
                     timeout.as_secs()
                 ));
                 sys::kill_group(pid);
                 killed_at = Some(now);
             }
             if killed_at.is_some_and(|k| now.duration_since(k) > KILL_WAIT) {
-                sys::log(&format!("step {}: pid {pid} did not die after SIGKILL; moving on", step.name));
+                sys::log(&format!("step {}: pid {pid} did not die after SIGKILL; moving on", out.name));
                 break;
             }
         }
-        poll_and_read(&mut streams, step, sink, Duration::from_millis(100))?;
+        poll_and_read(&mut streams, out, Duration::from_millis(100))?;
     }
     for s in &mut streams {
         // Whatever is still buffered in the pipe, then the unterminated tail.
@@ -200,26 +226,16 @@ fn spawn_and_watch(step: &Step, sink: &mut Sink, start: Instant) -> io::Result<O
             let mut rest = Vec::new();
             let _ = p.read_to_end(&mut rest);
             let is_stdout = s.is_stdout;
-            s.lines.push(&rest, |l| handle_line(is_stdout, l, step, sink));
+            s.lines.push(&rest, |l| out.line(is_stdout, l));
         }
         let is_stdout = s.is_stdout;
-        s.lines.finish(|l| handle_line(is_stdout, l, step, sink));
+        s.lines.finish(|l| out.line(is_stdout, l));
     }
     let (exit_code, signal) = status.map_or((None, None), decode_status);
     Ok(Outcome { exit_code, signal, timed_out })
 }
 
-fn handle_line(is_stdout: bool, line: &str, step: &Step, sink: &mut Sink) {
-    if is_stdout {
-        if let Some(ev) = classify_stdout(&step.name, line) {
-            sink.send(&ev);
-            return;
-        }
-    }
-    sys::console_line(&format!("{}{line}", labproto::step_console_prefix(&step.name)));
-}
-
-fn poll_and_read(streams: &mut [Stream], step: &Step, sink: &mut Sink, wait: Duration) -> io::Result<()> {
+fn poll_and_read(streams: &mut [Stream], out: &mut Output, wait: Duration) -> io::Result<()> {
     let mut fds: Vec<libc::pollfd> = Vec::new();
     let mut idx = Vec::new();
     for (i, s) in streams.iter().enumerate() {
@@ -250,11 +266,11 @@ fn poll_and_read(streams: &mut [Stream], step: &Step, sink: &mut Sink, wait: Dur
                 Ok(0) => {
                     s.pipe = None;
                 }
-                Ok(n) => s.lines.push(&buf[..n], |l| handle_line(is_stdout, l, step, sink)),
+                Ok(n) => s.lines.push(&buf[..n], |l| out.line(is_stdout, l)),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
-                    sys::log(&format!("step {}: read error: {e}", step.name));
+                    sys::log(&format!("step {}: read error: {e}", out.name));
                     s.pipe = None;
                 }
             }
@@ -264,7 +280,7 @@ fn poll_and_read(streams: &mut [Stream], step: &Step, sink: &mut Sink, wait: Dur
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -291,6 +307,14 @@ mod tests {
         assert!(classify_stdout("s1", r#"{"type":"done"}"#).is_none());
     }
 
+    /// Steps reap with waitpid(-1): tests that run processes must not run at the same time,
+    /// or one reaps the other's children.
+    pub(crate) static PROCESSES: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    pub(crate) fn processes() -> std::sync::MutexGuard<'static, ()> {
+        PROCESSES.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     fn events_of(path: &std::path::Path) -> Vec<Event> {
         std::fs::read_to_string(path).unwrap().lines().filter_map(Event::parse_line).collect()
     }
@@ -298,6 +322,7 @@ mod tests {
     // Runs real processes on the host: output forwarding, exit status, timeout kill.
     #[test]
     fn run_steps_end_to_end() {
+        let _serial = processes();
         let path = std::env::temp_dir().join(format!("lab-init-test-{}.jsonl", std::process::id()));
         std::fs::write(&path, "").unwrap();
         let mut sink = Sink::console();
@@ -307,14 +332,15 @@ mod tests {
             argv: vec!["/bin/sh".into(), "-c".into(), script.into()],
             timeout_s,
             env: [("X".to_string(), "42".to_string())].into(),
+            ..Default::default()
         };
         let res = r#"{"type":"result","case":"c$X","status":"pass"}"#;
-        run(&sh("ok", &format!(r"echo '{res}' | sed s/\$X/$X/; echo plain; echo oops >&2; exit 3"), 10), &mut sink);
-        run(&sh("slow", "sleep 30 & sleep 30; echo never", 1), &mut sink);
-        run(
-            &Step { name: "missing".into(), argv: vec!["/nonexistent".into()], timeout_s: 1, env: Default::default() },
-            &mut sink,
-        );
+        let ok = sh("ok", &format!(r"echo '{res}' | sed s/\$X/$X/; echo plain; echo oops >&2; exit 3"), 10);
+        assert!(run(&ok, "ok", &mut sink), "exit 3 is a failure");
+        assert!(run(&sh("slow", "sleep 30 & sleep 30; echo never", 1), "slow", &mut sink));
+        let missing =
+            Step { name: "missing".into(), argv: vec!["/nonexistent".into()], timeout_s: 1, ..Default::default() };
+        assert!(run(&missing, "missing", &mut sink));
         let evs = events_of(&path);
         std::fs::remove_file(&path).ok();
         let kinds: Vec<String> = evs.iter().map(|e| e.to_line().split('"').nth(3).unwrap().to_string()).collect();
@@ -347,6 +373,85 @@ mod tests {
             }
             e => panic!("{e:?}"),
         }
+    }
+
+    // A step passes only with exit 0 and no failed result; its LAB_STEP is the reported name.
+    #[test]
+    fn step_failure_and_reported_name() {
+        let _serial = processes();
+        let path = std::env::temp_dir().join(format!("lab-init-fail-{}.jsonl", std::process::id()));
+        std::fs::write(&path, "").unwrap();
+        let mut sink = Sink::console();
+        sink.attach(&path).unwrap();
+        let sh = |script: &str| Step {
+            name: "s".into(),
+            argv: vec!["/bin/sh".into(), "-c".into(), script.into()],
+            timeout_s: 10,
+            ..Default::default()
+        };
+        assert!(!run(&sh("exit 0"), "s@2", &mut sink));
+        let fail = r#"{"type":"result","case":"c","status":"fail"}"#;
+        assert!(run(&sh(&format!("echo '{fail}'")), "s@3", &mut sink), "a failed result fails the step");
+        let res = r#"{"type":"result","case":"$LAB_STEP","status":"pass"}"#;
+        assert!(!run(&sh(&format!(r#"echo "{}""#, res.replace('"', "\\\""))), "s@4", &mut sink));
+        let evs = events_of(&path);
+        std::fs::remove_file(&path).ok();
+        assert!(evs.contains(&Event::StepStart { step: "s@2".into() }));
+        let cases: Vec<(String, String)> = evs
+            .iter()
+            .filter_map(|e| match e {
+                Event::Result { step, case, .. } => Some((step.clone(), case.clone())),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(cases, [("s@3".to_string(), "c".to_string()), ("s@4".into(), "s@4".into())]);
+    }
+
+    // Collected files come back whole and in order, directories recursively, with an error
+    // for what cannot be read.
+    #[test]
+    fn collect_sends_files_back() {
+        let _serial = processes();
+        let d = std::env::temp_dir().join(format!("lab-init-collect-{}", std::process::id()));
+        std::fs::create_dir_all(d.join("dir/sub")).unwrap();
+        let big: Vec<u8> = (0..labproto::FILE_CHUNK_BYTES * 2 + 17).map(|i| (i * 7 % 251) as u8).collect();
+        std::fs::write(d.join("dir/big.bin"), &big).unwrap();
+        std::fs::write(d.join("dir/sub/small.txt"), "hello\n").unwrap();
+        let events = d.join("events.jsonl");
+        std::fs::write(&events, "").unwrap();
+        let mut sink = Sink::console();
+        sink.attach(&events).unwrap();
+        let step = Step {
+            name: "c".into(),
+            argv: vec!["/bin/true".into()],
+            timeout_s: 10,
+            collect: vec![d.join("dir").display().to_string(), d.join("missing").display().to_string()],
+            ..Default::default()
+        };
+        assert!(!run(&step, "c", &mut sink), "collect errors do not fail the step itself");
+        let evs = events_of(&events);
+        let mut files: std::collections::BTreeMap<String, Vec<u8>> = Default::default();
+        let mut ends = vec![];
+        for e in &evs {
+            match e {
+                Event::FileChunk { path, offset, data, .. } => {
+                    let f = files.entry(path.clone()).or_default();
+                    assert_eq!(*offset as usize, f.len(), "chunks in order");
+                    f.extend(labproto::decode_chunk(data).unwrap());
+                }
+                Event::FileEnd { path, size, error, .. } => ends.push((path.clone(), *size, error.clone())),
+                _ => {}
+            }
+        }
+        let p = |rel: &str| d.join(rel).display().to_string();
+        assert_eq!(files[&p("dir/big.bin")], big);
+        assert_eq!(files[&p("dir/sub/small.txt")], b"hello\n");
+        assert_eq!(ends.len(), 3, "{ends:?}");
+        assert_eq!(ends[0], (p("dir/big.bin"), big.len() as u64, None));
+        assert!(ends[2].0 == p("missing") && ends[2].2.as_deref().unwrap().contains("cannot stat"), "{ends:?}");
+        // The files come before the step's end.
+        assert!(matches!(evs.last(), Some(Event::StepEnd { .. })));
+        std::fs::remove_dir_all(&d).ok();
     }
 
     #[test]

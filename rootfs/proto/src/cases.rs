@@ -1,0 +1,51 @@
+//! The binder conformance suite's cases, for the host: `lab conformance --list`, `--case`
+//! and `lab list cases` answer from here without booting. The guest program's own table
+//! (`binder-conformance`) must name the same cases in the same order; its unit test checks.
+
+/// One case of `binder-conformance`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CaseInfo {
+    pub name: &'static str,
+    /// Runs only when named with `--case` (a known driver issue).
+    pub opt_in: bool,
+    pub summary: &'static str,
+}
+
+const fn case(name: &'static str, summary: &'static str) -> CaseInfo {
+    CaseInfo { name, opt_in: false, summary }
+}
+
+/// Every case in run order; `leaks` runs last of the default ones, the opt-in cases after it.
+pub const CONFORMANCE_CASES: &[CaseInfo] = &[
+    case("binder_version", "BINDER_VERSION on every fd; the error for a bad pointer"),
+    case("context_manager", "BINDER_SET_CONTEXT_MGR, EBUSY on a second try, handle 0, takeover"),
+    case("sync_round_trip_sizes", "synchronous calls of 0 B to 64 KiB, data verified both ways"),
+    case("oneway_order", "300 oneway calls reach a single-threaded server in order"),
+    case("nested_calls", "A->B->A runs on the waiting threads, not on an idle looper"),
+    case("death_notification", "BR_DEAD_BINDER and BR_CLEAR_DEATH_NOTIFICATION_DONE"),
+    case("refcounts", "BR_INCREFS/ACQUIRE/RELEASE/DECREFS exactly when due"),
+    case("fd_passing", "BINDER_TYPE_FD both ways; refused without TF_ACCEPT_FDS"),
+    case("free_buffer", "a full mapping fails the call; BC_FREE_BUFFER restores it"),
+    case("service_manager", "the library's context manager: add, get, list, call"),
+    case("tc_deferral", "seed 002: BR_TRANSACTION_COMPLETE deferred until the reply (defer_tc 0 and 1)"),
+    case("stress_shrinker", "seed 001: checksummed payloads under load while the shrinker runs"),
+    case("bad_invalid_handle", "unknown handles, no manager, the manager calling itself"),
+    case("bad_pointers", "EFAULT for bad write/read pointers, BR_FAILED_REPLY for bad data"),
+    case("bad_offsets", "misaligned, out-of-range, overlapping offsets, bad object types"),
+    case("bad_oversized", "data larger than the mapping, overflowing sizes"),
+    case("bad_unknown_command", "unknown BC codes, a command cut off by an unreadable page"),
+    case("leaks", "no binder process, thread, node, ref or buffer left after the cases"),
+    CaseInfo {
+        name: "fd_cycle_leak",
+        opt_in: true,
+        summary: "known issue of both drivers: a binder fd queued to its own process leaks",
+    },
+];
+
+/// The case named `name`, or an error that lists them all.
+pub fn conformance_case(name: &str) -> Result<&'static CaseInfo, String> {
+    CONFORMANCE_CASES.iter().find(|c| c.name == name).ok_or_else(|| {
+        let names: Vec<&str> = CONFORMANCE_CASES.iter().map(|c| c.name).collect();
+        format!("no conformance case {name:?}; the cases are: {} (`lab conformance --list`)", names.join(", "))
+    })
+}
