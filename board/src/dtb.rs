@@ -12,6 +12,19 @@ use dtoolkit::{Node, Property};
 use crate::schema::{Board, Cache};
 use crate::topology::cpu_map_clusters;
 
+/// QEMU's dump carries fresh random `/chosen` `rng-seed` and `kaslr-seed` bytes, so the same
+/// board gave a different DTB on every machine. Fixed bytes make it reproducible; QEMU
+/// re-randomizes both at reset anyway (qemu_fdt_randomize_seeds, from `-seed` when given).
+fn fix_random_seeds(tree: &mut DeviceTree) -> Result<()> {
+    let Some(chosen) = tree.root.child_mut("chosen") else { return Ok(()) };
+    for (name, len) in [("rng-seed", 32usize), ("kaslr-seed", 8)] {
+        if chosen.remove_property(name).is_some() {
+            chosen.add_property(prop(name, vec![0x5au8; len])?);
+        }
+    }
+    Ok(())
+}
+
 /// Cache key for a dumped QEMU DTB: everything in the board that changes it.
 /// Filename-safe; the caller adds the QEMU version.
 pub fn qemu_dtb_key(board: &Board) -> String {
@@ -43,6 +56,7 @@ pub fn generate_dtb(board: &Board, qemu_dtb: &[u8]) -> Result<Vec<u8>> {
     // The writer always emits boot_cpuid_phys 0; refuse rather than silently change it.
     ensure!(fdt.boot_cpuid_phys() == 0, "QEMU DTB has boot_cpuid_phys {}, expected 0", fdt.boot_cpuid_phys());
     let mut tree = DeviceTree::from_fdt(&fdt);
+    fix_random_seeds(&mut tree)?;
     let mut phandles = Phandles::new(max_phandle(&tree.root))?;
     let clk_phandles = add_cluster_clocks(&mut tree.root, board, &mut phandles)?;
 

@@ -18,6 +18,7 @@ mod eas;
 mod expect;
 mod load;
 mod schema;
+mod timing;
 mod topology;
 
 pub use dtb::{dtb_to_dts, generate_dtb, qemu_dtb_key};
@@ -26,6 +27,7 @@ pub use eas::{
     PolicyObserved, StateObserved,
 };
 pub use schema::{parse_memory, Board, BoardError, Cache, Cluster, ClusterEas, CpuMap, CpuMapLayout};
+pub use timing::{derived_ps_per_insn, Timing};
 pub use topology::{
     compare, cpu_map_clusters, expected_capacities, expected_topology, format_cpulist, parse_cpulist, CpuExpect,
     CpuObserved,

@@ -61,6 +61,7 @@ pub(crate) struct BoardFile {
     clusters: Vec<ClusterFile>,
     l3: Option<CacheFile>,
     expect: Option<ExpectFile>,
+    timing: Option<crate::timing::TimingFile>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -227,6 +228,7 @@ pub struct Board {
     cpu_map: CpuMap,
     clusters: Vec<Cluster>,
     l3: Option<Cache>,
+    timing: Option<crate::timing::Timing>,
 }
 
 impl Board {
@@ -283,6 +285,10 @@ impl Board {
         let mut b = self.clone();
         b.clusters.iter_mut().for_each(|c| c.eas = None);
         b
+    }
+    /// The heterogeneous-icount parameters (`[timing]`), if the board has them.
+    pub fn timing(&self) -> Option<&crate::timing::Timing> {
+        self.timing.as_ref()
     }
     /// Index into [`Board::clusters`] of the cluster holding `cpu`.
     pub fn cluster_index_of(&self, cpu: u32) -> Option<usize> {
@@ -398,8 +404,13 @@ pub(crate) fn validate(raw: BoardFile, file: &str) -> Result<(Board, Option<Expe
             ));
         }
     }
+    let timing = match &raw.timing {
+        Some(t) => Some(crate::timing::validate(t, &clusters, smp).map_err(|(f, p, fix)| cx.err(f, p, &fix))?),
+        None => None,
+    };
     let q = &raw.qemu;
     let board = Board {
+        timing,
         source: file.to_string(),
         name,
         description: raw.description.unwrap_or_default(),

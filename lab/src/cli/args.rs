@@ -38,6 +38,12 @@ pub struct RunArgs {
     /// Boot without the board's energy model: no cpufreq, no EAS (as before EAS was board data).
     #[arg(long, env = "LAB_NO_EAS")]
     pub no_eas: bool,
+    /// Which QEMU: the system's, or the lab's patched build (qemu/, built on first use).
+    #[arg(long, value_enum, env = "LAB_QEMU", default_value = "system")]
+    pub qemu: crate::kbuild::qemu::Choice,
+    /// A TCG plugin, `path[,arg=value...]` (`{run}` is the run directory); repeatable.
+    #[arg(long)]
+    pub plugin: Vec<String>,
     /// Run the plan's steps N times in one boot; results are reported as STEP@1..STEP@N.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub repeat: Option<u32>,
@@ -122,6 +128,8 @@ impl RunArgs {
             boot_timeout: std::time::Duration::from_secs(self.boot_timeout),
             echo: self.verbose,
             pin: self.pin,
+            qemu: self.qemu,
+            plugins: self.plugin.clone(),
             append: self
                 .append
                 .iter()

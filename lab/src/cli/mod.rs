@@ -10,6 +10,7 @@ pub mod guest_build;
 pub mod kernel;
 pub mod lava;
 pub mod nightly;
+pub mod qemu;
 pub mod reproduce;
 pub mod run;
 pub mod setup;
@@ -52,6 +53,14 @@ pub enum Cmd {
     DriverExport,
     /// Discard the tree's work and re-apply rust-driver/ from scratch.
     DriverReset,
+    /// Build (or reuse) the lab's patched QEMU (qemu/) and print its binary's path.
+    Qemu,
+    /// Print the prepared QEMU tree's path (edit and commit there, then `qemu-export`).
+    QemuTree,
+    /// Regenerate qemu/*.patch and series from the QEMU tree's commits.
+    QemuExport,
+    /// Discard the QEMU tree's work and re-apply qemu/ from scratch.
+    QemuReset,
     /// Boot a board, run a plan (or one command: `lab run [OPTIONS] -- CMD ARGS...`), print
     /// the summary. Exit code: 0, or the first failure's (README "Exit codes"); with a
     /// command, the command's own exit code.
@@ -243,6 +252,10 @@ pub fn execute(cmd: Cmd) -> Result<Exit> {
         Cmd::DriverTree => done(kernel::driver_tree()),
         Cmd::DriverExport => done(kernel::driver_export()),
         Cmd::DriverReset => done(kernel::driver_reset()),
+        Cmd::Qemu => done(qemu::build()),
+        Cmd::QemuTree => done(qemu::tree()),
+        Cmd::QemuExport => done(qemu::export()),
+        Cmd::QemuReset => done(qemu::reset()),
         Cmd::Shell(args) => done(crate::harness::run::shell(&args.opts("shell")?)),
         Cmd::Test => test::run(),
         Cmd::DriverCheck => done(crate::kbuild::driver_check::run()),

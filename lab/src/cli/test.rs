@@ -38,6 +38,11 @@ pub fn run() -> Result<Exit> {
         let b = kernel::build(flavor)?;
         eprintln!("kernel {flavor}: {} ({})", b.image().display(), b.kernel_release());
     }
+    // The lab QEMU (qemu/) for the tests that boot it; cached like the kernels.
+    eprintln!("\n=== lab QEMU");
+    let t = Instant::now();
+    let q = crate::kbuild::qemu::build()?;
+    eprintln!("lab QEMU: {} in {:.0?}", q.binary().display(), t.elapsed());
     eprintln!("\n=== driver-check");
     driver_check::run()?;
     // The end-to-end tests run the lab binary itself (exit codes).

@@ -1,7 +1,7 @@
 //! QEMU's own virt DTB for a board, dumped once per machine/cpu/smp/memory and QEMU version
 //! and cached; `board` then replaces its /cpus.
 
-use crate::harness::qemu::{version, QEMU};
+use crate::harness::qemu::version_of;
 use crate::support::fs::{publish_file, sha256_hex};
 use anyhow::{anyhow, bail, Context, Result};
 use board::Board;
@@ -13,12 +13,12 @@ use std::time::{Duration, Instant};
 const DUMP_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Path to `qemu-system-aarch64`'s DTB dump, cached per machine/cpu/smp/memory and QEMU version.
-pub fn qemu_dtb(cache: &Path, board: &board::Board) -> Result<PathBuf> {
-    let ver = version()?;
+pub fn qemu_dtb(cache: &Path, board: &board::Board, binary: &Path) -> Result<PathBuf> {
+    let ver = version_of(binary)?;
     let key = sha256_hex(format!("{}\n{ver}", board::qemu_dtb_key(board)).as_bytes());
     let path = cache.join("dtb").join(format!("qemu-virt-{}.dtb", &key[..16]));
     if !path.is_file() {
-        publish_file(&path, |tmp| dump_qemu_dtb(Path::new(QEMU), board, tmp))?;
+        publish_file(&path, |tmp| dump_qemu_dtb(binary, board, tmp))?;
     }
     Ok(path)
 }
@@ -66,6 +66,7 @@ pub fn dump_qemu_dtb(qemu: &Path, board: &Board, out: &Path) -> Result<()> {
 mod tests {
     use super::*;
     use crate::harness::opts::load_board;
+    use crate::harness::qemu::QEMU;
     use crate::support::process::have_tool;
     use board::generate_dtb;
     use dtoolkit::fdt::Fdt;

@@ -17,6 +17,10 @@ struct Manifest<'a> {
     host_cpus: usize,
     host_loadavg: String,
     qemu: String,
+    /// `system` or `lab`, and the lab build's content key.
+    qemu_choice: crate::kbuild::qemu::Choice,
+    qemu_key: Option<&'a str>,
+    plugins: &'a [String],
     kernel_flavor: &'a str,
     kernel_release: String,
     kernel_key: &'a str,
@@ -54,7 +58,10 @@ pub fn write_manifest(
         host_cpu,
         host_cpus: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
         host_loadavg: std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim().to_string(),
-        qemu: qemu::version().unwrap_or_default(),
+        qemu: qemu::version_of(&p.qemu).unwrap_or_default(),
+        qemu_choice: opts.qemu,
+        qemu_key: p.qemu_key.as_deref(),
+        plugins: &spec.plugins,
         kernel_flavor: &p.kernel.flavor,
         kernel_release: p.kernel.kernel_release(),
         kernel_key: &p.kernel.key,
@@ -95,6 +102,8 @@ mod tests {
             dtb: d.path().join("board.dtb"),
             initrd: d.path().join("initramfs.cpio"),
             plan: labproto::Plan { name: "default".into(), ..Default::default() },
+            qemu: crate::harness::qemu::QEMU.into(),
+            qemu_key: None,
         };
         let opts = RunOpts::default();
         let spec = vm_spec(&p, &opts, d.path(), Console::Pipe);

@@ -37,6 +37,10 @@ pub struct RunOpts {
     pub trace: Option<labproto::TraceSpec>,
     /// Boot the board without its energy model (no OPP tables, so no cpufreq and no EAS).
     pub no_eas: bool,
+    /// The system QEMU or the lab's build (`qemu/`).
+    pub qemu: crate::kbuild::qemu::Choice,
+    /// TCG plugins (`path,arg=value`); `{run}` in an argument becomes the run directory.
+    pub plugins: Vec<String>,
     /// Runs of the plan's step list in one boot (`--repeat`; 0 and 1: once).
     pub repeat: u32,
     /// Stop repeating at the first run with a failure (`--until-fail`).
@@ -71,6 +75,8 @@ impl Default for RunOpts {
             dump: None,
             trace: None,
             no_eas: false,
+            qemu: Default::default(),
+            plugins: vec![],
             repeat: 0,
             until_fail: false,
             collect: vec![],

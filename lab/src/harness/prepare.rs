@@ -3,7 +3,7 @@
 
 use crate::harness::dtb;
 use crate::harness::opts::{load_board_file, RunOpts};
-use crate::harness::qemu::{Console, VmSpec};
+use crate::harness::qemu::{Console, Tcg, VmSpec};
 use crate::kbuild::kernel;
 use crate::provision::downloads;
 use crate::support::{paths, stamp};
@@ -20,6 +20,9 @@ pub struct Prepared {
     pub dtb: PathBuf,
     pub initrd: PathBuf,
     pub plan: Plan,
+    /// The QEMU binary, and the lab build's key (None: the system QEMU).
+    pub qemu: PathBuf,
+    pub qemu_key: Option<String>,
 }
 
 /// Builds what is missing and writes the DTB and initramfs into `dir`.
@@ -27,13 +30,15 @@ pub fn prepare(opts: &RunOpts, plan: Plan, dir: &Path) -> Result<Prepared> {
     let cache = paths::cache();
     let (board, board_sha256) = load_board_file(&opts.board, opts.smp, opts.memory.as_deref())?;
     let board = if opts.no_eas { board.without_eas() } else { board };
+    check_hicount(opts, &board)?;
     // LAB_KERNEL boots a kernel built elsewhere, e.g. from a private tree while the shared
     // one is busy; the manifest records its Image's hash as the key.
     let kernel = match std::env::var_os("LAB_KERNEL") {
         Some(dir) => kernel::Built::external(&opts.flavor, Path::new(&dir))?,
         None => kernel::build_with(&opts.flavor, &opts.kconfig)?,
     };
-    let base = std::fs::read(dtb::qemu_dtb(&cache, &board)?)?;
+    let (qemu_bin, qemu_key) = crate::kbuild::qemu::resolve(opts.qemu)?;
+    let base = std::fs::read(dtb::qemu_dtb(&cache, &board, &qemu_bin)?)?;
     let dtb = dir.join("board.dtb");
     std::fs::write(&dtb, board::generate_dtb(&board, &base)?)?;
 
@@ -48,7 +53,24 @@ pub fn prepare(opts: &RunOpts, plan: Plan, dir: &Path) -> Result<Prepared> {
     spec.overlay = opts.overlay.clone();
     let initrd = dir.join("initramfs.cpio");
     rootfs::write_initramfs(&spec, &initrd)?;
-    Ok(Prepared { kernel, board, board_sha256, dtb, initrd, plan })
+    Ok(Prepared { kernel, board, board_sha256, dtb, initrd, plan, qemu: qemu_bin, qemu_key })
+}
+
+/// `--tcg hicount` needs what only the lab QEMU and a board with `[timing]` have.
+fn check_hicount(opts: &RunOpts, board: &board::Board) -> Result<()> {
+    if opts.tcg != Tcg::Hicount {
+        return Ok(());
+    }
+    if opts.qemu != crate::kbuild::qemu::Choice::Lab {
+        anyhow::bail!("--tcg hicount is the lab QEMU's timing model: add --qemu lab (or LAB_QEMU=lab)");
+    }
+    if board.timing().is_none() {
+        anyhow::bail!(
+            "--tcg hicount needs the board's [timing] section, which {} lacks (board/sa8155p.toml has one)",
+            board.source()
+        );
+    }
+    Ok(())
 }
 
 /// A fresh, unique run directory.
@@ -78,7 +100,9 @@ pub fn vm_spec(p: &Prepared, opts: &RunOpts, dir: &Path, console: Console) -> Vm
         append.push("nokaslr".into());
     }
     append.extend(opts.append.iter().cloned());
+    let run = dir.display().to_string();
     VmSpec {
+        binary: p.qemu.clone(),
         machine: p.board.qemu_machine().to_string(),
         cpu: p.board.qemu_cpu().to_string(),
         smp: p.board.smp(),
@@ -96,5 +120,7 @@ pub fn vm_spec(p: &Prepared, opts: &RunOpts, dir: &Path, console: Console) -> Vm
         gdb: opts.gdb.then(|| dir.join(GDB_SOCKET)),
         dump: opts.dump.is_some(),
         trace: opts.trace.as_ref().map(|_| dir.join(crate::harness::trace::TRACE_STREAM)),
+        plugins: opts.plugins.iter().map(|p| p.replace("{run}", &run)).collect(),
+        timing: p.board.timing().cloned(),
     }
 }

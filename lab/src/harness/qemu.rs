@@ -4,7 +4,7 @@
 use anyhow::{bail, Context, Result};
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver};
@@ -24,6 +24,16 @@ pub enum Tcg {
     /// Single-threaded with instruction counting: deterministic guest time and, with the
     /// options below, bit-identical repeated runs.
     Icount,
+    /// The lab QEMU's heterogeneous icount (`--qemu lab`): each vCPU has its own guest time,
+    /// advanced at its cluster's speed from the board's `[timing]`; deterministic like icount.
+    Hicount,
+}
+
+impl Tcg {
+    /// Modes whose runs repeat bit for bit (no host time or entropy reaches the guest).
+    pub fn deterministic(self) -> bool {
+        matches!(self, Tcg::Icount | Tcg::Hicount)
+    }
 }
 
 /// Where the guest's serial console goes.
@@ -38,6 +48,8 @@ pub enum Console {
 /// Everything needed to start one VM.
 #[derive(Clone, Debug)]
 pub struct VmSpec {
+    /// The QEMU binary: the system's `qemu-system-aarch64` or the lab's build.
+    pub binary: PathBuf,
     pub machine: String,
     pub cpu: String,
     pub smp: u32,
@@ -61,6 +73,10 @@ pub struct VmSpec {
     pub dump: bool,
     /// File that receives the guest's trace port (`--trace`).
     pub trace: Option<PathBuf>,
+    /// TCG plugins: each a `-plugin` argument (`path,arg=value,...`).
+    pub plugins: Vec<String>,
+    /// Per-CPU speeds and quantum for `Tcg::Hicount`.
+    pub timing: Option<board::Timing>,
 }
 
 impl VmSpec {
@@ -88,6 +104,17 @@ impl VmSpec {
                 "-icount".into(),
                 format!("shift={},sleep=off,align=off", self.icount_shift),
             ],
+            // shift only matters for QEMU's own instruction-count conversions here.
+            Tcg::Hicount => {
+                let t = self.timing.as_ref().expect("hicount runs carry the board's timing");
+                let ps: Vec<String> = t.cpu_ps_per_insn.iter().map(u64::to_string).collect();
+                vec![
+                    "-accel".into(),
+                    "tcg,thread=single".into(),
+                    "-icount".into(),
+                    format!("shift=0,sleep=off,align=off,cpu-ps={},quantum={}", ps.join(":"), t.quantum_ns),
+                ]
+            }
         }
     }
 
@@ -117,7 +144,7 @@ impl VmSpec {
     /// dependent points (runs diverge inside the guest's virtio_console probe, and are
     /// identical without it), so the guest init falls back to `LABRESULT` console lines.
     pub fn has_result_port(&self) -> bool {
-        self.results.is_some() && self.tcg != Tcg::Icount
+        self.results.is_some() && !self.tcg.deterministic()
     }
 
     /// The virtio-serial ports: results (not under icount, above) and `--trace`'s trace port
@@ -173,7 +200,7 @@ impl VmSpec {
         // -no-reboot: the guest's power-off or reboot ends QEMU.
         let mut v: Vec<String> =
             ["-nodefaults", "-no-user-config", "-nic", "none", "-no-reboot"].map(String::from).to_vec();
-        if self.tcg == Tcg::Icount {
+        if self.tcg.deterministic() {
             // Repeatable runs. The RTC starts at a fixed date and follows guest time; there is
             // no host entropy device; and -seed makes QEMU's guest-visible randomness a fixed
             // PRNG (without it identical runs still diverge).
@@ -186,7 +213,7 @@ impl VmSpec {
     }
 
     pub fn argv(&self) -> Vec<String> {
-        let mut v = vec![QEMU.to_string()];
+        let mut v = vec![self.binary.display().to_string()];
         for part in [
             self.machine_args(),
             self.accel_args(),
@@ -197,6 +224,7 @@ impl VmSpec {
             self.panic_args(),
             self.debug_args(),
             self.misc_args(),
+            self.plugins.iter().flat_map(|p| ["-plugin".to_string(), p.clone()]).collect(),
         ] {
             v.extend(part);
         }
@@ -218,16 +246,23 @@ pub fn shell_line(argv: &[String]) -> String {
         .join(" ")
 }
 
-/// `qemu-system-aarch64 --version`, first line; asked once per process (the DTB cache key and
-/// every manifest need it).
+/// The system `qemu-system-aarch64 --version`, first line.
 pub fn version() -> Result<String> {
-    static VERSION: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    if let Some(v) = VERSION.get() {
+    version_of(Path::new(QEMU))
+}
+
+/// `BINARY --version`, first line; asked once per binary and process (the DTB cache key and
+/// every manifest need it).
+pub fn version_of(binary: &Path) -> Result<String> {
+    static VERSIONS: std::sync::Mutex<Vec<(PathBuf, String)>> = std::sync::Mutex::new(Vec::new());
+    if let Some((_, v)) = VERSIONS.lock().unwrap().iter().find(|(b, _)| b == binary) {
         return Ok(v.clone());
     }
-    let out = crate::support::process::output(Command::new(QEMU).arg("--version"))
-        .context("qemu-system-aarch64 not found; run `cargo make setup`")?;
-    Ok(VERSION.get_or_init(|| out.lines().next().unwrap_or_default().to_string()).clone())
+    let out = crate::support::process::output(Command::new(binary).arg("--version"))
+        .with_context(|| format!("{} not found; run `cargo make setup`", binary.display()))?;
+    let v = out.lines().next().unwrap_or_default().to_string();
+    VERSIONS.lock().unwrap().push((binary.to_path_buf(), v.clone()));
+    Ok(v)
 }
 
 /// A running QEMU. Dropping it ends the process: every QEMU the lab starts is cleaned up.
@@ -283,7 +318,7 @@ impl Vm {
                 Ok(())
             });
         }
-        let mut child = cmd.spawn().with_context(|| format!("starting {QEMU}; run `cargo make setup`"))?;
+        let mut child = cmd.spawn().with_context(|| format!("starting {}; run `cargo make setup`", argv[0]))?;
         let started = Instant::now();
         let pid = child.id();
         let console = if spec.console == Console::Pipe {
@@ -502,6 +537,7 @@ mod tests {
 
     fn spec() -> VmSpec {
         VmSpec {
+            binary: QEMU.into(),
             machine: "virt,gic-version=3".into(),
             cpu: "cortex-a76".into(),
             smp: 8,
@@ -519,6 +555,8 @@ mod tests {
             gdb: None,
             dump: false,
             trace: None,
+            plugins: vec![],
+            timing: None,
         }
     }
 
@@ -541,6 +579,13 @@ mod tests {
         assert!(has_pair(&a, "-qmp", "unix:/r/qmp.sock,server=on,wait=off"));
         assert!(has_pair(&a, "-device", "pvpanic-pci"));
         assert!(a.contains(&"-no-reboot".to_string()));
+        assert!(!a.contains(&"-plugin".to_string()));
+        let mut s = spec();
+        s.binary = "/c/qemu-x/qemu-system-aarch64".into();
+        s.plugins = vec!["/p/libinsns.so,out=/r/insns.json".into()];
+        let a = s.argv();
+        assert_eq!(a[0], "/c/qemu-x/qemu-system-aarch64");
+        assert!(has_pair(&a, "-plugin", "/p/libinsns.so,out=/r/insns.json"));
     }
 
     #[test]
@@ -561,6 +606,16 @@ mod tests {
         let a = s.argv();
         assert!(!a.contains(&"-icount".to_string()) && !a.contains(&"-seed".to_string()));
         assert!(s.has_result_port() && a.contains(&"virtio-serial-device".to_string()));
+    }
+
+    #[test]
+    fn hicount_passes_the_board_timing() {
+        let mut s = spec();
+        s.tcg = Tcg::Hicount;
+        s.timing = Some(board::Timing { cpu_ps_per_insn: vec![1175, 1175, 413, 352], quantum_ns: 5000 });
+        let a = s.argv();
+        assert!(has_pair(&a, "-icount", "shift=0,sleep=off,align=off,cpu-ps=1175:1175:413:352,quantum=5000"));
+        assert!(has_pair(&a, "-seed", "1") && !s.has_result_port());
     }
 
     #[test]

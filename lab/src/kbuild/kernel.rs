@@ -407,24 +407,7 @@ fn copy_gdb_scripts(obj: &Path, to: &Path) -> Result<()> {
 
 /// Keeps the newest few published builds of a flavor.
 fn prune(cache: &Path, flavor: &str, keep_key: &str) {
-    let dir = cache.join("kernel/artifacts");
-    let prefix = format!("{flavor}-");
-    let mut builds: Vec<(std::time::SystemTime, PathBuf)> = std::fs::read_dir(&dir)
-        .map(|rd| {
-            rd.flatten()
-                .filter(|e| {
-                    let n = e.file_name().to_string_lossy().into_owned();
-                    n.starts_with(&prefix) && !n.ends_with(keep_key)
-                })
-                .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
-                .collect()
-        })
-        .unwrap_or_default();
-    builds.sort();
-    let excess = builds.len().saturating_sub(KEEP - 1);
-    for (_, p) in builds.into_iter().take(excess) {
-        let _ = std::fs::remove_dir_all(p);
-    }
+    crate::support::process::prune_builds(&cache.join("kernel/artifacts"), &format!("{flavor}-"), keep_key, KEEP);
 }
 
 #[cfg(test)]

@@ -81,14 +81,29 @@ fn unpack_into(tmp: &Path, lock: &Lock, deb: &Path) -> Result<()> {
     if !st.success() {
         bail!("unpacking {tarball} from {} failed", deb.display());
     }
-    output(git(tmp).args(["init", "-q", "-b", BASE_BRANCH]))?;
-    output(git(tmp).args(["add", "-A", "-f", "."]))?;
-    let msg = format!("{} {}", lock.kernel.package, lock.kernel.version);
-    output(git(tmp).env("GIT_AUTHOR_DATE", EPOCH).env("GIT_COMMITTER_DATE", EPOCH).args(["commit", "-q", "-m", &msg]))?;
-    output(git(tmp).args(["branch", WORK_BRANCH]))?;
-    output(git(tmp).args(["checkout", "-q", WORK_BRANCH]))?;
-    let base = git_out(tmp, &["rev-parse", "HEAD"])?;
-    write_atomic(&tmp.join(".git/lab-base"), base.as_bytes())
+    commit_base(tmp, &format!("{} {}", lock.kernel.package, lock.kernel.version))
+}
+
+/// Turns the unpacked source in `dir` into a prepared tree: a git repository whose base
+/// commit (fixed identity and date, so the same source gives the same id) holds all of it,
+/// with the work branch checked out and the base recorded. The kernel's and QEMU's trees.
+pub fn commit_base(dir: &Path, msg: &str) -> Result<()> {
+    output(git(dir).args(["init", "-q", "-b", BASE_BRANCH]))?;
+    output(git(dir).args(["add", "-A", "-f", "."]))?;
+    output(git(dir).env("GIT_AUTHOR_DATE", EPOCH).env("GIT_COMMITTER_DATE", EPOCH).args(["commit", "-q", "-m", msg]))?;
+    output(git(dir).args(["branch", WORK_BRANCH]))?;
+    output(git(dir).args(["checkout", "-q", WORK_BRANCH]))?;
+    let base = git_out(dir, &["rev-parse", "HEAD"])?;
+    write_atomic(&dir.join(".git/lab-base"), base.as_bytes())
+}
+
+/// How a series other than the kernel's is named in what the lab writes (QEMU's `qemu/`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Names {
+    pub folder: &'static str,
+    pub export: &'static str,
+    pub reset: &'static str,
+    pub base: &'static str,
 }
 
 /// The lab-only series (the deferral switch): `rust-driver/lab/`, applied after the
@@ -230,15 +245,19 @@ pub fn has_work(tree: &Path) -> Result<bool> {
 /// its series and builds from it. `purpose` (e.g. "building kernel debug") is recorded for
 /// the processes that have to wait, which say what they wait for.
 pub fn lock(cache: &Path, purpose: &str) -> Result<std::fs::File> {
-    let dir = cache.join("kernel/src");
-    std::fs::create_dir_all(&dir)?;
+    lock_in(&cache.join("kernel/src"), "kernel", purpose)
+}
+
+/// The lock on the trees in `dir` (`what`: kernel, QEMU), as [`lock`].
+pub fn lock_in(dir: &Path, what: &str, purpose: &str) -> Result<std::fs::File> {
+    std::fs::create_dir_all(dir)?;
     let f = std::fs::File::create(dir.join(".lab-tree.lock"))?;
     let holder = dir.join(".lab-tree.lock.holder");
     if f.try_lock().is_err() {
         let who = std::fs::read_to_string(&holder).unwrap_or_default();
         let who = if who.trim().is_empty() { "another lab process".to_string() } else { who.trim().to_string() };
-        crate::support::progress::note(format!("{purpose}: waiting for the kernel tree, held by {who}"));
-        f.lock().context("locking the kernel tree")?;
+        crate::support::progress::note(format!("{purpose}: waiting for the {what} tree, held by {who}"));
+        f.lock().with_context(|| format!("locking the {what} tree"))?;
     }
     let me = format!("pid {} ({purpose}, since {})\n", std::process::id(), crate::support::stamp::rfc3339_now());
     let _ = write_atomic(&holder, me.as_bytes());
@@ -351,6 +370,15 @@ pub fn reset(tree: &Path, stack: &[Series]) -> Result<()> {
 /// `sync_series`): commits with the [`LAB_TRAILER`] go to `lab/`, the others to `dir`. Files
 /// not produced here (a cover letter) are left alone.
 pub fn export(tree: &Path, dir: &Path) -> Result<Vec<String>> {
+    export_with(tree, dir, SERIES_HEADER)
+}
+
+/// [`export`] for another tree's series (QEMU's); `applied_by` names the command applying it.
+pub fn export_named(tree: &Path, dir: &Path, names: Names, applied_by: &str) -> Result<Vec<String>> {
+    export_with(tree, dir, &format!("# Applied in order on {} by `{applied_by}`.\n", names.base))
+}
+
+fn export_with(tree: &Path, dir: &Path, header: &str) -> Result<Vec<String>> {
     let base = stamp(tree, "lab-base").context("tree has no base stamp")?;
     let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let synced = applied_upto(tree, stamp(tree, "lab-head").as_deref());
@@ -378,7 +406,7 @@ pub fn export(tree: &Path, dir: &Path) -> Result<Vec<String>> {
     for p in &old {
         let _ = std::fs::remove_file(dir.join(p));
     }
-    let mut names = export_range(tree, &format!("{base}..{split}"), dir, SERIES_HEADER)?;
+    let mut names = export_range(tree, &format!("{base}..{split}"), dir, header)?;
     let lab_dir = dir.join(LAB_SUBDIR);
     if split != git_out(tree, &["rev-parse", "HEAD"])? || lab_dir.join("series").is_file() {
         std::fs::create_dir_all(&lab_dir)?;

@@ -116,6 +116,8 @@ pub fn host_install(pkgs: &[String], backports: Option<&str>, cache: &Path) -> R
 /// A download-only apt whose whole state lives in `root`.
 pub struct PrivateApt {
     root: PathBuf,
+    /// Its sources.list; None for the default (kernel, rust-src and busybox) sources.
+    sources: Option<String>,
 }
 
 /// One version of a package as the private apt sees it.
@@ -128,10 +130,20 @@ pub struct PkgVersion {
 
 impl PrivateApt {
     pub fn new(cache: &Path) -> PrivateApt {
-        PrivateApt { root: cache.join("apt/private") }
+        PrivateApt { root: cache.join("apt/private"), sources: None }
+    }
+
+    /// A private apt with only a `deb-src` line for `suite`, to fetch one source package's
+    /// files. Its lists live apart from the default private apt's.
+    pub fn sources_of(cache: &Path, suite: &str) -> PrivateApt {
+        let sources = format!("deb-src [signed-by={KEYRING}] {MIRROR} {suite} main\n");
+        PrivateApt { root: cache.join("apt").join(format!("src-{suite}")), sources: Some(sources) }
     }
 
     fn sources(&self) -> String {
+        if let Some(s) = &self.sources {
+            return s.clone();
+        }
         let host = host_codename().unwrap_or_else(|| "stable".into());
         // Arch-all sources come from trixie-backports (which keeps older versions) and sid;
         // arm64 lines are only for the guest's static busybox from the host's release.
@@ -227,6 +239,60 @@ impl PrivateApt {
     }
 }
 
+impl PrivateApt {
+    /// The files of source package `pkg` at exactly `version`, from the signed Sources index.
+    pub fn source_files(&self, pkg: &str, version: &str) -> Result<Vec<SrcFile>> {
+        let out = Command::new("apt-cache").args(self.opts()).args(["showsrc", pkg]).output()?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        parse_showsrc(&text, version)
+            .with_context(|| format!("the private apt ({}) does not serve source {pkg} {version}", self.sources()))
+    }
+
+    /// Downloads one file to `dest` with apt's own transport; apt refuses a file whose
+    /// SHA-256 is not `sha256` and then leaves nothing at `dest`.
+    pub fn fetch(&self, file: &SrcFile, dest: &Path) -> Result<()> {
+        let url = format!("{MIRROR}/{}", file.path);
+        let st = Command::new("/usr/lib/apt/apt-helper")
+            .args(self.opts())
+            .args(["download-file", &url])
+            .arg(dest)
+            .arg(format!("SHA256:{}", file.sha256))
+            .status()
+            .context("running /usr/lib/apt/apt-helper")?;
+        if !st.success() {
+            bail!("downloading {url} failed ({st}): unreachable mirror, or its SHA-256 is not {}", file.sha256);
+        }
+        Ok(())
+    }
+}
+
+/// One file of a source package: pool path and SHA-256.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SrcFile {
+    pub name: String,
+    pub path: String,
+    pub sha256: String,
+}
+
+/// Files of the `apt-cache showsrc` stanza of `version`.
+pub fn parse_showsrc(text: &str, version: &str) -> Option<Vec<SrcFile>> {
+    let stanza = text.split("\n\n").find(|s| s.lines().any(|l| l.strip_prefix("Version: ") == Some(version)))?;
+    let dir = stanza.lines().find_map(|l| l.strip_prefix("Directory: "))?.trim();
+    let mut in_sums = false;
+    let mut files = vec![];
+    for l in stanza.lines() {
+        if !l.starts_with(' ') {
+            in_sums = l.starts_with("Checksums-Sha256:");
+            continue;
+        }
+        let f: Vec<&str> = l.split_whitespace().collect();
+        if in_sums && f.len() == 3 {
+            files.push(SrcFile { name: f[2].into(), path: format!("{dir}/{}", f[2]), sha256: f[0].into() });
+        }
+    }
+    Some(files)
+}
+
 fn debs_in(dir: &Path) -> Vec<PathBuf> {
     std::fs::read_dir(dir)
         .map(|rd| rd.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|e| e == "deb")).collect())
@@ -254,6 +320,22 @@ mod tests {
         assert_eq!(v.len(), 2);
         assert_eq!(v[1].version, "7.2.12-1~bpo13+1");
         assert_eq!(v[1].sha256, "bb");
+    }
+
+    #[test]
+    fn parses_apt_cache_showsrc() {
+        let text = "Package: qemu\nVersion: 1:10.0.2+ds-2\nDirectory: pool/main/q/qemu\nFiles:\n 11 1 qemu_10.dsc\nChecksums-Sha256:\n aa 1 qemu_10.dsc\n bb 2 qemu_10.orig.tar.xz\nPackage-List:\n qemu-utils deb otherosfs optional arch=any\n\nPackage: qemu\nVersion: 1:9\nDirectory: pool/x\n";
+        let f = parse_showsrc(text, "1:10.0.2+ds-2").unwrap();
+        assert_eq!(f.len(), 2, "{f:?}");
+        assert_eq!(
+            f[1],
+            SrcFile {
+                name: "qemu_10.orig.tar.xz".into(),
+                path: "pool/main/q/qemu/qemu_10.orig.tar.xz".into(),
+                sha256: "bb".into()
+            }
+        );
+        assert!(parse_showsrc(text, "1:11").is_none());
     }
 
     #[test]

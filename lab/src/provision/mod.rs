@@ -4,4 +4,5 @@
 pub mod apt;
 pub mod downloads;
 pub mod kcidb_io;
+pub mod qemu_src;
 pub mod toolchain;

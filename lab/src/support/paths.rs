@@ -27,6 +27,11 @@ pub fn driver_dir() -> PathBuf {
     repo().join("rust-driver")
 }
 
+/// The lab QEMU's pin and patch series.
+pub fn qemu_dir() -> PathBuf {
+    repo().join("qemu")
+}
+
 pub fn board_dir() -> PathBuf {
     repo().join("board")
 }

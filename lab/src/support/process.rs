@@ -21,6 +21,27 @@ pub fn have_tool(name: &str) -> bool {
     std::env::var_os("PATH").map(|p| std::env::split_paths(&p).any(|d| d.join(name).is_file())).unwrap_or(false)
 }
 
+/// Keeps the newest `keep` published builds `<dir>/<prefix><key>` (always the one ending in
+/// `keep_key`), deleting older ones.
+pub fn prune_builds(dir: &Path, prefix: &str, keep_key: &str, keep: usize) {
+    let mut builds: Vec<(std::time::SystemTime, std::path::PathBuf)> = std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.flatten()
+                .filter(|e| {
+                    let n = e.file_name().to_string_lossy().into_owned();
+                    n.starts_with(prefix) && !n.ends_with(keep_key)
+                })
+                .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
+                .collect()
+        })
+        .unwrap_or_default();
+    builds.sort();
+    let excess = builds.len().saturating_sub(keep - 1);
+    for (_, p) in builds.into_iter().take(excess) {
+        let _ = std::fs::remove_dir_all(p);
+    }
+}
+
 /// Runs a command and returns its stdout; on failure the error carries stderr.
 pub fn output(cmd: &mut Command) -> Result<String> {
     let out = cmd.stdin(Stdio::null()).output().with_context(|| format!("running {cmd:?}"))?;

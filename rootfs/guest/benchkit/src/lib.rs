@@ -129,6 +129,21 @@ pub fn read_switch(path: &str) -> Option<u32> {
     std::fs::read_to_string(path).ok()?.trim().parse().ok()
 }
 
+/// Pins the calling thread to `cpu`.
+pub fn pin(cpu: u32) -> Result<(), String> {
+    // SAFETY: the cpu_set_t is zero-initialised plain data; CPU_SET writes inside it and
+    // sched_setaffinity(0) applies it to the calling thread.
+    let r = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu as usize, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
+    };
+    if r != 0 {
+        return Err(format!("pin to cpu{cpu}: {}", std::io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
 /// The CPU the calling thread runs on.
 pub fn cpu_now() -> u32 {
     // SAFETY: sched_getcpu has no preconditions.

@@ -33,19 +33,7 @@ const LOCAL_SHARE_MIN: f64 = 0.95;
 
 type Result<T> = std::result::Result<T, String>;
 
-fn pin(cpu: u32) -> Result<()> {
-    // SAFETY: the cpu_set_t is zero-initialised plain data; CPU_SET writes inside it and
-    // sched_setaffinity(0) applies it to the calling thread.
-    let r = unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu as usize, &mut set);
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
-    };
-    if r != 0 {
-        return Err(format!("pin to cpu{cpu}: {}", std::io::Error::last_os_error()));
-    }
-    Ok(())
-}
+use benchkit::pin;
 
 fn set_counting(on: bool) -> Result<()> {
     std::fs::write(COUNTING_FILE, if on { "1\n" } else { "0\n" })
