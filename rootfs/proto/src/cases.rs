@@ -25,6 +25,7 @@ pub const CONFORMANCE_CASES: &[CaseInfo] = &[
     case("death_notification", "BR_DEAD_BINDER and BR_CLEAR_DEATH_NOTIFICATION_DONE"),
     case("refcounts", "BR_INCREFS/ACQUIRE/RELEASE/DECREFS exactly when due"),
     case("fd_passing", "BINDER_TYPE_FD both ways; refused without TF_ACCEPT_FDS"),
+    case("nonblocking_read", "a read that would block returns EAGAIN and logs nothing"),
     case("free_buffer", "a full mapping fails the call; BC_FREE_BUFFER restores it"),
     case("service_manager", "the library's context manager: add, get, list, call"),
     case("thread_pool", "libbinder's pool: BR_SPAWN_LOOPER when every looper is busy, never beyond max threads"),
@@ -35,12 +36,8 @@ pub const CONFORMANCE_CASES: &[CaseInfo] = &[
     case("bad_offsets", "misaligned, out-of-range, overlapping offsets, bad object types"),
     case("bad_oversized", "data larger than the mapping, overflowing sizes"),
     case("bad_unknown_command", "unknown BC codes, a command cut off by an unreadable page"),
+    case("fd_cycle_leak", "a binder fd sent to its own process: refused (Rust), a documented leak (C)"),
     case("leaks", "no binder process, thread, node, ref or buffer left after the cases"),
-    CaseInfo {
-        name: "fd_cycle_leak",
-        opt_in: true,
-        summary: "known issue of both drivers: a binder fd queued to its own process leaks",
-    },
 ];
 
 /// The case named `name`, or an error that lists them all.

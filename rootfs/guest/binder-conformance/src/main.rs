@@ -14,7 +14,6 @@ mod bad;
 mod basic;
 mod common;
 mod fdcycle;
-mod known;
 mod pool;
 mod seed002;
 mod stress;
