@@ -78,8 +78,10 @@ pub fn thread_pool(ctx: &Ctx, data: &mut Data) -> CaseResult {
     std::thread::sleep(ctx.t(0.2));
 
     // Idle phase: one call at a time, each with time to get back to waiting. The first
-    // work (refcounts, the first call) makes the driver ask for one more looper; after
-    // that an idle looper is always waiting, so it must never ask again.
+    // work (refcounts, the first call) makes the driver ask for one or two more loopers:
+    // a second request comes when the main looper returns to user space after the first
+    // spawned looper registered but before it entered its wait, a race both drivers have.
+    // Once settled an idle looper is always waiting, so the driver must never ask again.
     c.transact(h, QUICK, &[], false).ctx("first call")?;
     std::thread::sleep(ctx.t(0.2));
     let settled = (pool.threads(), pool.spawn_requests());
@@ -89,7 +91,13 @@ pub fn thread_pool(ctx: &Ctx, data: &mut Data) -> CaseResult {
     }
     let idle = (pool.threads(), pool.spawn_requests());
     data.insert("idle".into(), json!({"threads": idle.0, "spawn_requests": idle.1, "after_first_call": settled.0}));
-    check!(idle.0 == 2 && idle == settled, "one call at a time: pool of {} threads, {} spawn requests (after the first call {settled:?}); want 2 threads, no request while a looper waits", idle.0, idle.1);
+    check!(
+        (2..=3).contains(&settled.0) && settled.1 + 1 == settled.0 as u64,
+        "after the first call: pool of {} threads, {} spawn requests; want 2 or 3 threads, each spawned one requested by the driver",
+        settled.0,
+        settled.1
+    );
+    check!(idle == settled, "one call at a time: pool of {} threads, {} spawn requests (after the first call {settled:?}); want no request while a looper waits", idle.0, idle.1);
 
     // Busy phase: more concurrent calls than the pool may have threads. The driver asks for
     // a looper each time all are busy, up to MAX spawned ones, and never beyond.
@@ -128,7 +136,8 @@ pub fn thread_pool(ctx: &Ctx, data: &mut Data) -> CaseResult {
     data.insert(
         SUMMARY.into(),
         json!(format!(
-            "idle: 2 threads, 1 spawn request; {CALLERS} callers: {full} threads, {MAX} spawn requests (max {MAX})"
+            "idle: {} threads, {} spawn requests; {CALLERS} callers: {full} threads, {MAX} spawn requests (max {MAX})",
+            idle.0, idle.1
         )),
     );
     check_no_buffers(data, getpid())
