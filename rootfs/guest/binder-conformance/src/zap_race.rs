@@ -143,7 +143,10 @@ pub fn shrinker_zap_race(ctx: &Ctx, data: &mut Data) -> CaseResult {
     );
     let calls = res.map_err(|e| CaseError::Fail(format!("client: {e} (server exit status {st:?})")))?;
     check!(drops_ok, "writing /proc/sys/vm/drop_caches failed");
-    check!(st == Some(0), "server exit status {st:?} after {calls} calls (135 = SIGBUS: a zapped page under a live buffer)");
+    check!(
+        st == Some(0),
+        "server exit status {st:?} after {calls} calls (135 = SIGBUS: a zapped page under a live buffer)"
+    );
     check!(calls > 0 && drops.load(Ordering::Relaxed) > 0, "no load ({calls} calls) or no shrinker runs");
     data.insert(SUMMARY.into(), json!(format!("{calls} calls, {} drop_caches", drops.load(Ordering::Relaxed))));
     Ok(())

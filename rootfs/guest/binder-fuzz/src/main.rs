@@ -455,7 +455,9 @@ fn main() {
     }
     let elapsed = sup.t0.elapsed();
     match shrinker {
-        Some(Some(pid)) if !stop_shrinker(pid) => sup.crashes.push("the shrinker helper stopped early: drop_caches failed".into()),
+        Some(Some(pid)) if !stop_shrinker(pid) => {
+            sup.crashes.push("the shrinker helper stopped early: drop_caches failed".into())
+        }
         Some(None) => sup.crashes.push("could not fork the shrinker helper".into()),
         _ => {}
     }
