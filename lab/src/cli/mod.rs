@@ -10,6 +10,7 @@ pub mod guest_build;
 pub mod kernel;
 pub mod lava;
 pub mod nightly;
+pub mod profile;
 pub mod qemu;
 pub mod reproduce;
 pub mod run;
@@ -197,6 +198,14 @@ pub enum Cmd {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
+    /// Executed kernel instructions per function while a plan runs (default ctabs-cost, under
+    /// icount), per call of its binder-throughput workload; --compare FLAVOR for the difference.
+    Profile {
+        #[command(flatten)]
+        profile: profile::ProfileArgs,
+        #[command(flatten)]
+        run: RunArgs,
+    },
     /// Compare two nightly.json files (baseline, current) with the nightly's regression rule.
     Compare {
         baseline: std::path::PathBuf,
@@ -289,6 +298,7 @@ pub fn execute(cmd: Cmd) -> Result<Exit> {
             nightly::command(profile, out, baseline, threshold, fuzz_ops, &run)
         }
         Cmd::Compare { baseline, current, threshold } => compare::run(&baseline, &current, threshold),
+        Cmd::Profile { profile: p, run } => profile::run(&run, &p),
     }
 }
 

@@ -5,6 +5,7 @@ pub mod bench;
 pub mod gate;
 pub mod matrix;
 pub mod plots;
+pub mod profile;
 pub mod reproduce;
 pub mod samples;
 pub mod seed001;
