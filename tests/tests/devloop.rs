@@ -179,6 +179,24 @@ fn gdb_reads_rust_binder_arguments_with_dwarf() {
 }
 
 #[test]
+#[ignore = "builds a kernel of its own (perf's O= copy plus the objects IKCONFIG touches, a few minutes): cargo test -p lab-tests --test devloop -- --ignored kconfig_add_builds"]
+fn kconfig_add_builds_a_kernel_of_its_own_and_keeps_the_flavor() {
+    let perf = lab::kbuild::kernel::build("perf").unwrap();
+    let image = std::fs::read(perf.image()).unwrap();
+    let mut o = opts("default");
+    o.kconfig.adds = vec!["CONFIG_IKCONFIG=y".into(), "CONFIG_IKCONFIG_PROC=y".into()];
+    let own = lab::kbuild::kernel::build_with("perf", &o.kconfig).unwrap();
+    assert!(own.flavor.starts_with("perf+") && own.dir != perf.dir, "{own:?}");
+    assert!(std::fs::read_to_string(own.dir.join("lab-extras.config")).unwrap().contains("CONFIG_IKCONFIG_PROC=y"));
+    // The guest runs that kernel: its own config is in /proc/config.gz.
+    let argv = ["/bin/sh", "-c", "zcat /proc/config.gz | grep -x CONFIG_IKCONFIG_PROC=y"].map(String::from);
+    let out = run::run_plan(&lab::harness::adhoc::command_plan(&argv, 60), &o).unwrap();
+    assert_ok(&out);
+    assert_eq!(std::fs::read(perf.image()).unwrap(), image, "the perf kernel was not touched");
+    assert_eq!(lab::kbuild::kernel::build("perf").unwrap().dir, perf.dir);
+}
+
+#[test]
 #[ignore = "needs Debian's lava-dispatcher (cargo make setup --lava): cargo test -p lab-tests --test devloop -- --ignored lava"]
 fn lava_run_reports_the_default_plan_like_lab_run() {
     let o = opts("default");

@@ -158,20 +158,3 @@ fn kconfig_add_of_what_the_flavor_sets_is_the_flavor_kernel() {
     assert!(stderr.contains("CONFIG_USER_NS=y already set so by the perf flavor: using the perf kernel"), "{stderr}");
     assert!(stderr.contains(&format!("kernel perf is up to date: {}", perf.dir.display())), "{stderr}");
 }
-
-#[test]
-#[ignore = "builds a kernel of its own (perf's O= copy plus the objects IKCONFIG touches, a few minutes): cargo test -p lab-tests --test inner_loop -- --ignored kconfig_add_builds"]
-fn kconfig_add_builds_a_kernel_of_its_own_and_keeps_the_flavor() {
-    let perf = lab::kbuild::kernel::build("perf").unwrap();
-    let image = std::fs::read(perf.image()).unwrap();
-    let mut o = RunOpts::default();
-    o.kconfig.adds = vec!["CONFIG_IKCONFIG=y".into(), "CONFIG_IKCONFIG_PROC=y".into()];
-    let own = lab::kbuild::kernel::build_with("perf", &o.kconfig).unwrap();
-    assert!(own.flavor.starts_with("perf+") && own.dir != perf.dir, "{own:?}");
-    assert!(std::fs::read_to_string(own.dir.join("lab-extras.config")).unwrap().contains("CONFIG_IKCONFIG_PROC=y"));
-    // The guest runs that kernel: its own config is in /proc/config.gz.
-    let out = command(&["/bin/sh", "-c", "zcat /proc/config.gz | grep -x CONFIG_IKCONFIG_PROC=y"], &o);
-    assert!(out.ok(), "{}", summary(&out));
-    assert_eq!(std::fs::read(perf.image()).unwrap(), image, "the perf kernel was not touched");
-    assert_eq!(lab::kbuild::kernel::build("perf").unwrap().dir, perf.dir);
-}
