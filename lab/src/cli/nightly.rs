@@ -335,9 +335,7 @@ fn placement(run: &Path, opts: &Opts) -> Option<String> {
     let b = &opts.base;
     let section = crate::harness::opts::load_board_file(&b.board, b.smp, b.memory.as_deref())
         .and_then(|(board, _)| crate::measure::placement::section(run, &board));
-    section
-        .unwrap_or_else(|e| Some(format!("## Where woken server threads ran\n\nnot shown: {e:#}\n")))
-        .map(String::from)
+    section.unwrap_or_else(|e| Some(format!("## Where woken server threads ran\n\nnot shown: {e:#}\n")))
 }
 
 /// The HTML report's header, gate rows and reproduction.
