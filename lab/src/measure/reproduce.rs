@@ -12,7 +12,7 @@ use crate::harness::outcome::Outcome;
 use crate::measure::bench::{self, Job, Profile};
 use crate::measure::samples::{self, Row, Samples};
 use crate::measure::seed001::Seed001;
-use crate::measure::table::{big, delta, est, lab_row, pct, show, show_delta};
+use crate::measure::table::{big, delta, est, lab_head, lab_row, pct, show, show_delta};
 pub use crate::measure::table::{lab_dir, mark, seed_dir, Dir, LEGEND};
 use crate::report::run_plan;
 use anyhow::{Context, Result};
@@ -117,7 +117,7 @@ pub fn seed000_tiers(seed: &Seed000, rows: &BTreeMap<String, Row>) -> String {
             format!("{d1:+.1}%"),
             format!("{d2:+.1}%")
         );
-        lab_row(&mut s, &format!("{:<11} {:<14}", "", ""), "lab", w, rows, &m, "ms", [d1, d2]);
+        lab_row(&mut s, &lab_head(&format!("{:<11} {:<14}", "", ""), "lab"), w, rows, &m, "ms", [d1, d2]);
     }
     let _ = writeln!(s, "\nShare of transactions per tier (the seed gives Baseline only):");
     let _ = writeln!(
@@ -171,7 +171,7 @@ pub fn seed000_throughput(seed: &Seed000, rows: &BTreeMap<String, Row>) -> Strin
             let _ = writeln!(s, "{:<15} {:<5} not measurable here: {}", "", "lab", r.why);
             continue;
         }
-        lab_row(&mut s, &format!("{:<15}", ""), "lab", w, rows, &r.metric, &r.unit, [d1, d2]);
+        lab_row(&mut s, &lab_head(&format!("{:<15}", ""), "lab"), w, rows, &r.metric, &r.unit, [d1, d2]);
     }
     s
 }

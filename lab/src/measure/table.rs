@@ -91,13 +91,18 @@ pub fn show_in(e: Option<Estimate>, unit: &str) -> String {
     }
 }
 
-/// The lab's line under a seed line: `lead` (the table's first columns, blank), `label`, the
-/// three modes' estimates of `metric` in `unit`, both changes against Baseline with their CIs,
-/// and the direction marks against the seed's changes `seed_pct` (Patch 1/2, Patch 2/2).
+/// The lab's line under a seed line: `head` (the table's first columns, blank, then the
+/// row's label; see [`lab_head`]), the three modes' estimates of `metric` in `unit`, both
+/// changes against Baseline with their CIs, and the direction marks against the seed's
+/// changes `seed_pct` (Patch 1/2, Patch 2/2).
+/// The start of a [`lab_row`]: `lead` (blank first columns) and `label` padded to 5.
+pub fn lab_head(lead: &str, label: &str) -> String {
+    format!("{lead} {label:<5}")
+}
+
 pub fn lab_row(
     s: &mut String,
-    lead: &str,
-    label: &str,
+    head: &str,
     w: usize,
     rows: &BTreeMap<String, Row>,
     metric: &str,
@@ -107,7 +112,7 @@ pub fn lab_row(
     let (d1, d2) = (delta(rows, metric, 1), delta(rows, metric, 2));
     let _ = writeln!(
         s,
-        "{lead} {label:<5} {:>w$} {:>w$} {:>w$} {:>w$} {:>w$}  {} {}",
+        "{head} {:>w$} {:>w$} {:>w$} {:>w$} {:>w$}  {} {}",
         show_in(est(rows, metric, 0), unit),
         show_in(est(rows, metric, 1), unit),
         show_in(est(rows, metric, 2), unit),
