@@ -145,7 +145,7 @@ fn dump_writes_an_elf_core_of_guest_memory_on_power_off_and_panic() {
 }
 
 #[test]
-#[ignore = "a DWARF kernel (kernel-config/extra/gdb.config) is another full build, about 12 min of both cores: cargo test -p lab-tests --test devloop -- --ignored gdb_reads"]
+#[ignore = "a DWARF kernel (kernel-config/extra/gdb.config) is another full build, 12-30 min on 2 cores: cargo test -p lab-tests --test devloop -- --ignored gdb_reads"]
 fn gdb_reads_rust_binder_arguments_with_dwarf() {
     let mut o = opts("default");
     o.kconfig.files = vec![paths::repo().join("kernel-config/extra/gdb.config")];
@@ -157,6 +157,10 @@ fn gdb_reads_rust_binder_arguments_with_dwarf() {
         "continue",
         "-ex",
         "info args",
+        // The lx-* helpers are C (`(char *)linux_banner`): in a Rust frame gdb parses them as
+        // Rust, so run them from the C caller's frame (README "Debugging").
+        "-ex",
+        "up",
         "-ex",
         "lx-version",
         "-ex",
@@ -165,9 +169,31 @@ fn gdb_reads_rust_binder_arguments_with_dwarf() {
         "detach",
     ];
     let (text, out) = with_gdb(o, &ex);
-    assert!(text.contains("cmd = "), "{text}");
+    assert!(text.contains("hit Breakpoint 1, rust_binder::rust_binder_ioctl ("), "{text}");
+    // The ioctl command, read from DWARF by name: a binder one ('b' in bits 8-15).
+    let cmd: u64 =
+        text.lines().find_map(|l| l.strip_prefix("cmd = ")).unwrap_or_else(|| panic!("{text}")).parse().unwrap();
+    assert_eq!((cmd >> 8) & 0xff, u64::from(b'b'), "{text}");
     assert!(text.contains("Linux version 7.2"), "the kernel's gdb helpers (lx-version) did not load:\n{text}");
     assert_ok(&out);
+}
+
+#[test]
+#[ignore = "builds a kernel of its own (perf's O= copy plus the objects IKCONFIG touches, a few minutes): cargo test -p lab-tests --test devloop -- --ignored kconfig_add_builds"]
+fn kconfig_add_builds_a_kernel_of_its_own_and_keeps_the_flavor() {
+    let perf = lab::kbuild::kernel::build("perf").unwrap();
+    let image = std::fs::read(perf.image()).unwrap();
+    let mut o = opts("default");
+    o.kconfig.adds = vec!["CONFIG_IKCONFIG=y".into(), "CONFIG_IKCONFIG_PROC=y".into()];
+    let own = lab::kbuild::kernel::build_with("perf", &o.kconfig).unwrap();
+    assert!(own.flavor.starts_with("perf+") && own.dir != perf.dir, "{own:?}");
+    assert!(std::fs::read_to_string(own.dir.join("lab-extras.config")).unwrap().contains("CONFIG_IKCONFIG_PROC=y"));
+    // The guest runs that kernel: its own config is in /proc/config.gz.
+    let argv = ["/bin/sh", "-c", "zcat /proc/config.gz | grep -x CONFIG_IKCONFIG_PROC=y"].map(String::from);
+    let out = run::run_plan(&lab::harness::adhoc::command_plan(&argv, 60), &o).unwrap();
+    assert_ok(&out);
+    assert_eq!(std::fs::read(perf.image()).unwrap(), image, "the perf kernel was not touched");
+    assert_eq!(lab::kbuild::kernel::build("perf").unwrap().dir, perf.dir);
 }
 
 #[test]

@@ -44,6 +44,8 @@ fn guest_exit_code_and_output_reach_the_host() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(7), "stdout:\n{stdout}\nstderr:\n{stderr}");
     assert!(stdout.lines().any(|l| l == "from-the-guest"), "{stdout}");
+    // What `cargo make run-qemu` shows above its own "exit code: 105" (README).
+    assert!(stderr.contains("lab: exit code 7; reproduce:"), "{stderr}");
     // A ';' would be split by cargo-make: the reproducer goes through lab.sh.
     assert!(stderr.contains("reproduce: ./lab.sh run -- /bin/sh -c 'echo from-the-guest; exit 7'"), "{stderr}");
     let ok = lab(&["run", "--", "true"]);
@@ -144,4 +146,15 @@ fn kunit_filter_selects_suites() {
     let cases: Vec<&str> = o.results().map(|r| r.1).collect();
     assert!(!cases.is_empty(), "{}", summary(&o));
     assert!(cases.iter().all(|c| c.starts_with("rust_binder_ctabs")), "{cases:?}");
+}
+
+#[test]
+fn kconfig_add_of_what_the_flavor_sets_is_the_flavor_kernel() {
+    // base.config has USER_NS: one line says so, and the perf kernel is used, not rebuilt.
+    let perf = lab::kbuild::kernel::build("perf").unwrap();
+    let out = lab(&["kernel", "--kconfig-add", "CONFIG_USER_NS=y"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("CONFIG_USER_NS=y already set so by the perf flavor: using the perf kernel"), "{stderr}");
+    assert!(stderr.contains(&format!("kernel perf is up to date: {}", perf.dir.display())), "{stderr}");
 }

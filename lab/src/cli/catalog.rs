@@ -30,27 +30,12 @@ fn first_comment(path: &Path) -> String {
     joined[..end].to_string()
 }
 
-/// Files `*.ext` in `dir` as entries, sorted by name; `skip` names are left out.
-fn files(dir: &Path, ext: &str, skip: &[&str]) -> Vec<(String, PathBuf)> {
-    let mut out: Vec<(String, PathBuf)> = std::fs::read_dir(dir)
-        .map(|rd| {
-            rd.flatten()
-                .filter_map(|e| {
-                    let name = e.file_name().to_str()?.strip_suffix(&format!(".{ext}"))?.to_string();
-                    (!skip.contains(&name.as_str())).then(|| (name, e.path()))
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    out.sort();
-    out
-}
+use crate::support::fs::stems as files;
 
 pub fn entries(kind: Kind) -> Vec<Entry> {
     let e = |(name, path): (String, PathBuf)| Entry { name, about: first_comment(&path) };
     match kind {
-        // board/ is also the board crate: its Cargo.toml is not a board.
-        Kind::Boards => files(&crate::support::paths::board_dir(), "toml", &["Cargo"])
+        Kind::Boards => files(&crate::support::paths::board_dir(), "toml", crate::harness::opts::NOT_BOARDS)
             .into_iter()
             .map(|(name, path)| {
                 let about =

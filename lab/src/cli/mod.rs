@@ -10,6 +10,7 @@ pub mod guest_build;
 pub mod kernel;
 pub mod lava;
 pub mod nightly;
+pub mod profile;
 pub mod qemu;
 pub mod reproduce;
 pub mod run;
@@ -197,6 +198,14 @@ pub enum Cmd {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
+    /// Executed kernel instructions per function while a plan runs (default ctabs-cost, under
+    /// icount), per call of its binder-throughput workload; --compare FLAVOR for the difference.
+    Profile {
+        #[command(flatten)]
+        profile: profile::ProfileArgs,
+        #[command(flatten)]
+        run: RunArgs,
+    },
     /// Compare two nightly.json files (baseline, current) with the nightly's regression rule.
     Compare {
         baseline: std::path::PathBuf,
@@ -273,9 +282,11 @@ pub fn execute(cmd: Cmd) -> Result<Exit> {
             Ok(Exit::Ok)
         }
         Cmd::Completions { shell } => {
-            use clap::CommandFactory;
-            clap_complete::generate(shell, &mut Cli::command(), "lab", &mut std::io::stdout());
-            Ok(Exit::Ok)
+            // A reader that stops early (`| head`) is no error.
+            match std::io::Write::write_all(&mut std::io::stdout(), &completion_script(shell)) {
+                Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+                _ => Ok(Exit::Ok),
+            }
         }
         // The commands that boot guests exit with what they found.
         Cmd::Run { run, timeout, command } if !command.is_empty() => run::command(&run, timeout, &command),
@@ -289,13 +300,43 @@ pub fn execute(cmd: Cmd) -> Result<Exit> {
             nightly::command(profile, out, baseline, threshold, fuzz_ops, &run)
         }
         Cmd::Compare { baseline, current, threshold } => compare::run(&baseline, &current, threshold),
+        Cmd::Profile { profile: p, run } => profile::run(&run, &p),
     }
+}
+
+/// `lab completions SHELL`: the completion script for the `lab` binary.
+fn completion_script(shell: clap_complete::Shell) -> Vec<u8> {
+    use clap::CommandFactory;
+    let mut out = vec![];
+    clap_complete::generate(shell, &mut Cli::command(), "lab", &mut out);
+    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use clap::CommandFactory;
+
+    #[test]
+    fn readme_installs_completions_that_bash_loads() {
+        let readme = std::fs::read_to_string(crate::support::paths::repo().join("README.md")).unwrap();
+        let line = readme.lines().find(|l| l.contains("completions bash >")).expect("README: how to install them");
+        assert!(line.contains("~/.local/share/bash-completion/completions/lab"), "{line}");
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("lab");
+        std::fs::write(&f, completion_script(clap_complete::Shell::Bash)).unwrap();
+        let out = std::process::Command::new("bash")
+            .arg("-c")
+            .arg(format!("source {}; complete -p lab", f.display()))
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.contains("-F _lab") && text.trim_end().ends_with(" lab"),
+            "{text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 
     fn parse(args: &[&str]) -> Cmd {
         Cli::try_parse_from(std::iter::once("lab").chain(args.iter().copied())).unwrap().cmd

@@ -343,6 +343,14 @@ fn env(opts: &Opts) -> Env {
     }
 }
 
+/// Seed 000's wake-up placement section (a `--trace` night), or why it is missing.
+fn placement(run: &Path, opts: &Opts) -> Option<String> {
+    let b = &opts.base;
+    let section = crate::harness::opts::load_board_file(&b.board, b.smp, b.memory.as_deref())
+        .and_then(|(board, _)| crate::measure::placement::section(run, &board));
+    section.unwrap_or_else(|e| Some(format!("## Where woken server threads ran\n\nnot shown: {e:#}\n")))
+}
+
 /// The HTML report's header, gate rows and reproduction.
 fn page<'a>(n: &'a Nightly, opts: &Opts, failures: &'a [String]) -> Page<'a> {
     let header = format!(
@@ -383,6 +391,7 @@ fn page<'a>(n: &'a Nightly, opts: &Opts, failures: &'a [String]) -> Page<'a> {
             .as_ref()
             .map(|r| (r.text.as_str(), opts.out.join("reproduce"), r.seed000.outcomes.first().map(|o| o.dir.clone()))),
         reproduce_error: n.reproduce_error.as_deref(),
+        placement: n.reproduce.as_ref().and_then(|r| r.seed000.outcomes.first()).and_then(|o| placement(&o.dir, opts)),
     }
 }
 

@@ -1,7 +1,7 @@
 //! What a run is asked to do: the options, and the plan and board files they name.
 
 use crate::harness::qemu::Tcg;
-use crate::support::paths;
+use crate::support::{fs as paths_fs, paths};
 use anyhow::{bail, Context, Result};
 use labproto::Plan;
 use std::path::{Path, PathBuf};
@@ -101,25 +101,21 @@ impl RunOpts {
     }
 }
 
-/// Resolves `name` as a file in `dir` with `ext`, or as a path.
-fn resolve(name: &str, dir: &Path, ext: &str, what: &str) -> Result<PathBuf> {
+/// board/ is also the board crate: its Cargo.toml is not a board.
+pub const NOT_BOARDS: &[&str] = &["Cargo"];
+
+/// Resolves `name` as a path, or as a file in `dir` with `ext` whose stem is not in `skip`.
+fn resolve(name: &str, dir: &Path, ext: &str, what: &str, skip: &[&str]) -> Result<PathBuf> {
     let p = Path::new(name);
     if p.is_file() {
         return Ok(p.to_path_buf());
     }
-    let in_dir = dir.join(format!("{name}.{ext}"));
-    if in_dir.is_file() {
-        return Ok(in_dir);
+    let known = paths_fs::stems(dir, ext, skip);
+    if let Some((_, path)) = known.iter().find(|(n, _)| n == name) {
+        return Ok(path.clone());
     }
-    let known: Vec<String> = std::fs::read_dir(dir)
-        .map(|rd| {
-            rd.flatten()
-                .filter_map(|e| e.file_name().to_str()?.strip_suffix(&format!(".{ext}")).map(String::from))
-                .filter(|n| n != "Cargo")
-                .collect()
-        })
-        .unwrap_or_default();
-    bail!("no {what} {name:?}: give a path or one of: {}", known.join(", "))
+    let names: Vec<&str> = known.iter().map(|(n, _)| n.as_str()).collect();
+    bail!("no {what} {name:?}: give a path or one of: {}", names.join(", "))
 }
 
 pub fn plans_dir() -> PathBuf {
@@ -127,7 +123,7 @@ pub fn plans_dir() -> PathBuf {
 }
 
 pub fn load_plan(name: &str) -> Result<Plan> {
-    let path = resolve(name, &plans_dir(), "toml", "plan")?;
+    let path = resolve(name, &plans_dir(), "toml", "plan", &[])?;
     let text = std::fs::read_to_string(&path)?;
     let plan: Plan = toml::from_str(&text).with_context(|| format!("{} is not a valid plan", path.display()))?;
     Ok(plan)
@@ -140,7 +136,7 @@ pub fn load_board(name: &str) -> Result<board::Board> {
 /// The board with `--smp`/`--memory` applied, and the SHA-256 of the exact bytes of its file
 /// (for the manifest).
 pub fn load_board_file(name: &str, smp: Option<u32>, memory: Option<&str>) -> Result<(board::Board, String)> {
-    let path = resolve(name, &paths::board_dir(), "toml", "board")?;
+    let path = resolve(name, &paths::board_dir(), "toml", "board", NOT_BOARDS)?;
     let text = std::fs::read_to_string(&path).with_context(|| format!("reading the board file {}", path.display()))?;
     let board = crate::harness::board_override::load(&path, smp, memory)?;
     Ok((board, crate::support::fs::sha256_hex(text.as_bytes())))
@@ -162,27 +158,23 @@ mod tests {
 
     #[test]
     fn shipped_plans_and_boards_load() {
-        let stems = |dir: PathBuf| -> Vec<String> {
-            let mut v: Vec<String> = std::fs::read_dir(&dir)
-                .unwrap()
-                .flatten()
-                .filter_map(|e| e.file_name().to_str()?.strip_suffix(".toml").map(String::from))
-                .filter(|n| n != "Cargo")
-                .collect();
-            v.sort();
-            v
+        let stems = |dir: PathBuf, skip| -> Vec<String> {
+            paths_fs::stems(&dir, "toml", skip).into_iter().map(|(n, _)| n).collect()
         };
-        let plans = stems(plans_dir());
+        let plans = stems(plans_dir(), &[]);
         assert!(plans.len() >= 12, "{plans:?}");
         for plan in &plans {
             load_plan(plan).unwrap_or_else(|e| panic!("plan {plan}: {e:#}"));
         }
-        let boards = stems(paths::board_dir());
+        let boards = stems(paths::board_dir(), NOT_BOARDS);
         assert_eq!(boards, ["sa8155p", "sm8150-upstream", "symmetric"]);
         for b in &boards {
             load_board(b).unwrap_or_else(|e| panic!("board {b}: {e:#}"));
         }
         let e = load_plan("nope").unwrap_err().to_string();
         assert!(e.contains("default"), "{e}");
+        // board/Cargo.toml is the board crate's manifest: not a board by name, nor in the list.
+        let e = load_board("Cargo").unwrap_err().to_string();
+        assert_eq!(e, "no board \"Cargo\": give a path or one of: sa8155p, sm8150-upstream, symmetric");
     }
 }

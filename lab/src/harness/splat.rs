@@ -11,15 +11,31 @@ pub struct Splat {
     pub text: String,
 }
 
-/// Strips the printk timestamp, `[    1.234567] `.
+/// Strips the printk timestamp, `[    1.234567] `, and with CONFIG_PRINTK_CALLER the caller
+/// field after it (`[    T1] `). Any other bracket, e.g. a program's `[ok] `, is the message.
 fn body(line: &str) -> &str {
     let t = line.trim_start();
-    if t.starts_with('[') {
-        if let Some(end) = t.find(']') {
-            return t[end + 1..].trim_start();
-        }
-    }
-    t
+    let Some(rest) = strip_field(t, is_timestamp) else { return t };
+    strip_field(rest, |f| {
+        f.len() > 1 && f[1..].bytes().all(|b| b.is_ascii_digit()) && matches!(f.as_bytes()[0], b'T' | b'C')
+    })
+    .unwrap_or(rest)
+}
+
+/// `[FIELD] rest` -> `rest` when `ok(FIELD trimmed)`.
+fn strip_field(t: &str, ok: impl Fn(&str) -> bool) -> Option<&str> {
+    let (field, rest) = t.strip_prefix('[')?.split_once(']')?;
+    ok(field.trim()).then(|| rest.trim_start())
+}
+
+/// `1.234567`: seconds and a fraction.
+fn is_timestamp(f: &str) -> bool {
+    f.split_once('.').is_some_and(|(s, us)| {
+        !s.is_empty()
+            && !us.is_empty()
+            && s.bytes().all(|b| b.is_ascii_digit())
+            && us.bytes().all(|b| b.is_ascii_digit())
+    })
 }
 
 fn classify(line: &str) -> Option<&'static str> {
@@ -128,6 +144,22 @@ mod tests {
         );
         let s = scan(&l);
         assert_eq!(s.iter().map(|s| (s.kind, s.line)).collect::<Vec<_>>(), [("deprecated-workqueue", 1)]);
+    }
+
+    #[test]
+    fn only_a_printk_timestamp_is_stripped() {
+        assert_eq!(body("[    1.234567] ok"), "ok");
+        assert_eq!(body("[    1.234567][    T1] ok"), "ok");
+        assert_eq!(body("[ok] INFO: task list"), "[ok] INFO: task list");
+        assert_eq!(body("[1.5][x] y"), "[x] y");
+        // A program's own "[ok]" line that quotes a hung-task report is not one; behind a
+        // timestamp the same text is.
+        let quoted = "[ok] INFO: task 7 blocked for more than 1 s (a user-space watchdog's words)";
+        assert!(scan(&lines(quoted)).is_empty());
+        let kernel = "[   12.000001] INFO: task binder:12 blocked for more than 30 seconds.";
+        assert_eq!(scan(&lines(kernel))[0].kind, "hung-task");
+        // The end marker of a report is no new report, with or without a caller field.
+        assert!(classify("[    2.1][    C3] ---[ end Kernel panic - not syncing: x ]---").is_none());
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //! KernelShark) when trace-cmd is installed, and `trace/summary.json`.
 
 use anyhow::{bail, Context, Result};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -15,6 +15,9 @@ use std::process::Command;
 
 /// The chardev file of the trace port in the run directory.
 pub const TRACE_STREAM: &str = "trace.cpio";
+
+/// The per-step summaries in a run directory, `trace/summary.json`.
+pub const SUMMARY: &str = "trace/summary.json";
 
 /// Perfetto's systrace line pattern (trace_processor's SystraceLineTokenizer): a line it
 /// does not match is dropped there, so the lab checks its traces with the same pattern.
@@ -50,8 +53,9 @@ pub fn parse_line(l: &str) -> Option<Line<'_>> {
     })
 }
 
-/// What a step's trace shows about binder.
-#[derive(Debug, Default, PartialEq, Serialize)]
+/// What a step's trace shows about binder (`trace/summary.json` has one per step).
+#[derive(Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct StepSummary {
     /// Event lines, and lines Perfetto's pattern would drop (comments excluded).
     pub events: usize,
@@ -65,13 +69,27 @@ pub struct StepSummary {
     pub caller_to_server_cpu: BTreeMap<String, usize>,
     /// Target CPU of the wake-ups (sched_wakeup) of the threads that received calls.
     pub server_wakeup_cpu: BTreeMap<u32, usize>,
+    /// Synchronous calls whose receiving thread was woken for them (a sched_wakeup of it
+    /// between the call and its receipt): "caller CPU->wake-up target CPU".
+    pub woken_server: BTreeMap<String, usize>,
+    /// Synchronous calls received by a thread that was not woken for them (it was running).
+    pub server_not_woken: usize,
+}
+
+/// A call on its way: the caller's CPU, its time, and whether it waits for a reply.
+struct Pending {
+    cpu: u32,
+    ts: f64,
+    sync: bool,
 }
 
 pub fn summarise(text: &str) -> StepSummary {
     let mut s = StepSummary::default();
-    let mut calls: BTreeMap<String, u32> = BTreeMap::new();
+    let mut calls: BTreeMap<String, Pending> = BTreeMap::new();
     let mut servers = std::collections::BTreeSet::new();
     let mut wakeups: Vec<(u32, u32)> = vec![];
+    // pid -> (target CPU, time) of its latest wake-up.
+    let mut last_wakeup: BTreeMap<u32, (u32, f64)> = BTreeMap::new();
     for l in text.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()) {
         let Some(e) = parse_line(l) else {
             s.unparsed += 1;
@@ -82,21 +100,34 @@ pub fn summarise(text: &str) -> StepSummary {
             "binder_transaction" if e.args.get("reply") == Some(&"1") => s.replies += 1,
             "binder_transaction" => {
                 s.transactions += 1;
+                // TF_ONE_WAY (0x01): nobody waits, so where the server runs is no question
+                // of the caller's CPU.
+                let flags = e.args.get("flags").and_then(|f| u32::from_str_radix(f.trim_start_matches("0x"), 16).ok());
                 if let Some(id) = e.args.get("transaction") {
-                    calls.insert(id.to_string(), e.cpu);
+                    calls.insert(
+                        id.to_string(),
+                        Pending { cpu: e.cpu, ts: e.ts, sync: flags.is_some_and(|f| f & 1 == 0) },
+                    );
                 }
             }
             "binder_transaction_received" => {
-                let Some(caller_cpu) = e.args.get("transaction").and_then(|id| calls.remove(*id)) else { continue };
+                let Some(call) = e.args.get("transaction").and_then(|id| calls.remove(*id)) else { continue };
                 *s.received_on_cpu.entry(e.cpu).or_default() += 1;
-                *s.caller_to_server_cpu.entry(format!("{caller_cpu}->{}", e.cpu)).or_default() += 1;
+                *s.caller_to_server_cpu.entry(format!("{}->{}", call.cpu, e.cpu)).or_default() += 1;
                 servers.insert(e.pid);
+                if call.sync {
+                    match last_wakeup.remove(&e.pid).filter(|&(_, ts)| ts >= call.ts) {
+                        Some((target, _)) => *s.woken_server.entry(format!("{}->{target}", call.cpu)).or_default() += 1,
+                        None => s.server_not_woken += 1,
+                    }
+                }
             }
             "sched_wakeup" => {
                 let pid = e.args.get("pid").and_then(|p| p.parse().ok());
                 let cpu = e.args.get("target_cpu").and_then(|c| c.parse().ok());
                 if let (Some(p), Some(c)) = (pid, cpu) {
                     wakeups.push((p, c));
+                    last_wakeup.insert(p, (c, e.ts));
                 }
             }
             _ => {}
@@ -134,7 +165,7 @@ pub fn collect(dir: &Path) -> Result<Vec<String>> {
         ));
         summaries.insert(step, s);
     }
-    crate::support::fs::write_atomic(&out.join("summary.json"), serde_json::to_string_pretty(&summaries)?.as_bytes())?;
+    crate::support::fs::write_atomic(&dir.join(SUMMARY), serde_json::to_string_pretty(&summaries)?.as_bytes())?;
     let _ = std::fs::remove_file(&stream);
     Ok(lines)
 }
@@ -246,6 +277,36 @@ garbage line
         assert_eq!(s.received_on_cpu, BTreeMap::from([(4, 1)]));
         assert_eq!(s.caller_to_server_cpu, BTreeMap::from([("2->4".to_string(), 1)]));
         assert_eq!(s.server_wakeup_cpu, BTreeMap::from([(4, 1)]));
+        assert_eq!((s.woken_server, s.server_not_woken), (BTreeMap::from([("2->4".to_string(), 1)]), 0));
+    }
+
+    #[test]
+    fn a_server_counts_as_woken_only_for_a_wakeup_after_the_sync_call() {
+        let ev = |pid: u32, cpu: u32, ts: &str, what: &str| format!(" t-{pid} [{cpu:03}] ..... {ts}: {what}\n");
+        let text = [
+            // Woken before the call (for something else), then running when it arrives.
+            ev(0, 3, "1.000", "sched_wakeup: comm=s pid=9 prio=120 target_cpu=003"),
+            ev(
+                5,
+                1,
+                "1.001",
+                "binder_transaction: transaction=1 dest_node=1 dest_proc=8 dest_thread=0 reply=0 flags=0x10 code=0x1",
+            ),
+            ev(9, 3, "1.002", "binder_transaction_received: transaction=1"),
+            // A oneway call (TF_ONE_WAY) with a wake-up: no caller waits, so not counted.
+            ev(
+                5,
+                1,
+                "1.003",
+                "binder_transaction: transaction=2 dest_node=1 dest_proc=8 dest_thread=0 reply=0 flags=0x11 code=0x1",
+            ),
+            ev(0, 3, "1.004", "sched_wakeup: comm=s pid=9 prio=120 target_cpu=003"),
+            ev(9, 3, "1.005", "binder_transaction_received: transaction=2"),
+        ]
+        .concat();
+        let s = summarise(&text);
+        assert_eq!((s.transactions, s.server_not_woken), (2, 1), "{s:?}");
+        assert!(s.woken_server.is_empty(), "{s:?}");
     }
 
     #[test]

@@ -74,6 +74,13 @@ impl Extras {
         Ok((merged, label))
     }
 
+    /// The line that says extras changed nothing: every symbol already has the flavor's value.
+    pub fn no_change_note(&self, flavor: &str) -> Result<String> {
+        let f = self.fragment()?;
+        let syms: Vec<String> = f.values.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        Ok(format!("{} already set so by the {flavor} flavor: using the {flavor} kernel", syms.join(" ")))
+    }
+
     /// `perf` without extras, `perf+<hash of the extras>` with them.
     pub fn label(&self, flavor: &str) -> Result<String> {
         if self.is_empty() {
@@ -158,6 +165,9 @@ pub fn build_with(name: &str, extras: &Extras) -> Result<Built> {
     let cache = paths::cache();
     let fl = flavor::load(name)?;
     let (merged, label) = extras.over(&fl.config, &fl.name)?;
+    if !extras.is_empty() && label == fl.name {
+        crate::support::progress::note(extras.no_change_note(&fl.name)?);
+    }
     let flavor_name = fl.name.as_str();
     let flavor = label.as_str();
     let lock = Lock::load(&Lock::path())?;
@@ -474,6 +484,10 @@ mod tests {
         let perf = fragment("perf").unwrap();
         let same = Extras { adds: vec!["CONFIG_USER_NS=y".into()], ..Default::default() };
         assert_eq!(same.over(&perf, "perf").unwrap().1, "perf", "a no-op extra is the plain flavor");
+        assert_eq!(
+            same.no_change_note("perf").unwrap(),
+            "CONFIG_USER_NS=y already set so by the perf flavor: using the perf kernel"
+        );
         let (merged, l) = x.over(&perf, "perf").unwrap();
         assert_eq!((l.as_str(), merged.values["CONFIG_DEBUG_INFO_DWARF5"].as_str()), (label.as_str(), "y"));
         let e = Extras { files: vec!["/no/such.config".into()], ..Default::default() }.fragment().unwrap_err();

@@ -294,8 +294,16 @@ pub fn samples_ms(events: &[Event], bench: &str, case_name: &str, pointer: &str)
     out
 }
 
-/// Writes results.json, report.md and the SVG plots into `dir`; returns the report text.
-pub fn write_report(dir: &Path, profile: Profile, reps: usize, config: &Config, events: &[Event]) -> Result<String> {
+/// Writes results.json, report.md and the SVG plots into `dir`; returns the report text. A
+/// traced run (`--trace`) also gets where the woken server threads ran on `board`.
+pub fn write_report(
+    dir: &Path,
+    profile: Profile,
+    reps: usize,
+    config: &Config,
+    board: &board::Board,
+    events: &[Event],
+) -> Result<String> {
     let samples = &collect(events);
     let rows = summarise(samples);
     crate::measure::plots::write_all(dir, &rows, &latency_samples(events))?;
@@ -308,8 +316,9 @@ pub fn write_report(dir: &Path, profile: Profile, reps: usize, config: &Config, 
         samples,
     })?;
     std::fs::write(dir.join("results.json"), json).context("writing results.json")?;
+    let placement = crate::measure::placement::section(dir, board)?.map(|s| format!("\n{s}")).unwrap_or_default();
     let text = format!(
-        "# Seed 000 on the emulated SA8155P\n\n{}.\nMedian [95% bootstrap CI] over {reps} interleaved repetitions per mode.\n\n## Thread selections (ctabs_stats)\n\n```\n{}```\n\n## Tiered latency (schd-dbg style)\n\n```\n{}```\n\n![tiers, SCHED_OTHER](tiers-other.svg) ![tiers, SCHED_FIFO](tiers-fifo.svg)\n\n## binderThroughputTest\n\n```\n{}```\n\n![throughput](throughput.svg) ![latency CDF](latency-cdf.svg)\n\n## BM_sendVec (seed 002's shape, medians)\n\n```\n{}```\n",
+        "# Seed 000 on the emulated SA8155P\n\n{}.\nMedian [95% bootstrap CI] over {reps} interleaved repetitions per mode.\n\n## Thread selections (ctabs_stats)\n\n```\n{}```\n\n## Tiered latency (schd-dbg style)\n\n```\n{}```\n\n![tiers, SCHED_OTHER](tiers-other.svg) ![tiers, SCHED_FIFO](tiers-fifo.svg)\n\n## binderThroughputTest\n\n```\n{}```\n\n![throughput](throughput.svg) ![latency CDF](latency-cdf.svg)\n\n## BM_sendVec (seed 002's shape, medians)\n\n```\n{}```\n{placement}",
         config.describe(),
         selections_table(&rows),
         tiers_table(&rows),
@@ -324,9 +333,9 @@ pub fn write_report(dir: &Path, profile: Profile, reps: usize, config: &Config, 
 /// `threads`: a fixed server pool instead of libbinder's (see [`plan`]).
 pub fn execute(profile: Profile, reps: usize, threads: Option<usize>, base: &RunOpts) -> Result<(Outcome, String)> {
     let outcome = crate::report::run_plan(&plan(profile, reps, threads), base)?;
-    let eas = !base.no_eas && crate::harness::opts::load_board(&base.board)?.has_eas();
-    let config = Config { threads, eas };
-    let text = write_report(&outcome.dir, profile, reps, &config, &outcome.events)?;
+    let board = crate::harness::opts::load_board_file(&base.board, base.smp, base.memory.as_deref())?.0;
+    let config = Config { threads, eas: !base.no_eas && board.has_eas() };
+    let text = write_report(&outcome.dir, profile, reps, &config, &board, &outcome.events)?;
     Ok((outcome, text))
 }
 
@@ -415,8 +424,11 @@ mod tests {
         assert!(sel.lines().find(|l| l.contains("no_waiter share")).unwrap().contains("60.0% [60.0, 60.0]"), "{sel}");
         assert!(sel.lines().find(|l| l.contains("threads_started")).unwrap().contains("7 [7, 7]"), "{sel}");
         let config = Config { threads: Some(2), eas: false };
-        let report = write_report(d.path(), Profile::Quick, 5, &config, &ev).unwrap();
+        let board = crate::harness::opts::load_board("sa8155p").unwrap();
+        let report = write_report(d.path(), Profile::Quick, 5, &config, &board, &ev).unwrap();
         assert!(report.contains("fixed pool of 2 looper threads") && report.contains("EAS off"), "{report}");
+        // Not traced: no placement section (placement.rs tests a traced one).
+        assert!(!report.contains("Where woken server threads ran"), "{report}");
 
         if let Some(keep) = std::env::var_os("LAB_KEEP_PLOTS") {
             for f in ["throughput.svg", "latency-cdf.svg", "tiers-other.svg"] {

@@ -4,7 +4,9 @@
 pub mod bench;
 pub mod gate;
 pub mod matrix;
+pub mod placement;
 pub mod plots;
+pub mod profile;
 pub mod reproduce;
 pub mod samples;
 pub mod seed001;

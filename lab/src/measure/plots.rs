@@ -3,6 +3,7 @@
 
 use crate::measure::samples::{Row, MODE_NAMES};
 use anyhow::{anyhow, Result};
+use plotters::coord::{types::RangedCoordf64, Shift};
 use plotters::prelude::*;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -11,6 +12,32 @@ const COLORS: [RGBColor; 3] = [RGBColor(90, 90, 90), RGBColor(31, 119, 180), RGB
 
 fn err<E: std::fmt::Display>(e: E) -> anyhow::Error {
     anyhow!("plotting: {e}")
+}
+
+type Chart<'a, 'b> = ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+/// A white 640x400 SVG at `path`.
+fn canvas(path: &Path) -> Result<DrawingArea<SVGBackend<'_>, Shift>> {
+    let root = SVGBackend::new(path, (640, 400)).into_drawing_area();
+    root.fill(&WHITE).map_err(err)?;
+    Ok(root)
+}
+
+/// A chart on `root` with the report's caption font, margin and label areas.
+fn chart<'a, 'b>(
+    root: &'a DrawingArea<SVGBackend<'b>, Shift>,
+    caption: &str,
+    font: u32,
+    y_area: u32,
+    (x, y): (std::ops::Range<f64>, std::ops::Range<f64>),
+) -> Result<Chart<'a, 'b>> {
+    ChartBuilder::on(root)
+        .caption(caption, ("sans-serif", font))
+        .margin(12)
+        .x_label_area_size(30)
+        .y_label_area_size(y_area)
+        .build_cartesian_2d(x, y)
+        .map_err(err)
 }
 
 /// Throughput medians per mode with 95% CI whiskers.
@@ -23,15 +50,8 @@ pub fn throughput(path: &Path, rows: &BTreeMap<String, Row>) -> Result<()> {
 pub fn bars(path: &Path, title: &str, row: &Row, labels: &[&str]) -> Result<()> {
     let top = row.per_mode.values().map(|e| e.hi).fold(0.0, f64::max) * 1.15;
     let n = labels.len() as f64;
-    let root = SVGBackend::new(path, (640, 400)).into_drawing_area();
-    root.fill(&WHITE).map_err(err)?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(title, ("sans-serif", 18))
-        .margin(12)
-        .x_label_area_size(30)
-        .y_label_area_size(60)
-        .build_cartesian_2d(-0.5f64..n - 0.5, 0f64..top.max(1.0))
-        .map_err(err)?;
+    let root = canvas(path)?;
+    let mut chart = chart(&root, title, 18, 60, (-0.5f64..n - 0.5, 0f64..top.max(1.0)))?;
     chart
         .configure_mesh()
         .x_labels(labels.len())
@@ -64,15 +84,14 @@ pub fn sendvec(path: &Path, rows: &BTreeMap<String, Row>, metric: &str, labels: 
     }
     let top = pts.iter().map(|p| p.2.hi).fold(0.0, f64::max) * 1.15;
     let max_x = pts.iter().map(|p| p.0.log2()).fold(0.0, f64::max) + 0.5;
-    let root = SVGBackend::new(path, (640, 400)).into_drawing_area();
-    root.fill(&WHITE).map_err(err)?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(format!("BM_sendVec: {metric} per call (median, 95% CI)"), ("sans-serif", 18))
-        .margin(12)
-        .x_label_area_size(30)
-        .y_label_area_size(70)
-        .build_cartesian_2d(1.5f64..max_x, 0f64..top.max(1.0))
-        .map_err(err)?;
+    let root = canvas(path)?;
+    let mut chart = chart(
+        &root,
+        &format!("BM_sendVec: {metric} per call (median, 95% CI)"),
+        18,
+        70,
+        (1.5f64..max_x, 0f64..top.max(1.0)),
+    )?;
     chart
         .configure_mesh()
         .x_desc("payload bytes")
@@ -115,15 +134,8 @@ pub fn cdf(path: &Path, title: &str, samples_ms: &BTreeMap<u32, Vec<f64>>, label
     }
     let pooled = crate::measure::stats::sorted(&samples_ms.values().flatten().copied().collect::<Vec<_>>());
     let max = crate::measure::stats::percentile_sorted(&pooled, upto).unwrap_or(1.0).max(1e-3);
-    let root = SVGBackend::new(path, (640, 400)).into_drawing_area();
-    root.fill(&WHITE).map_err(err)?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(title, ("sans-serif", 18))
-        .margin(12)
-        .x_label_area_size(30)
-        .y_label_area_size(40)
-        .build_cartesian_2d(0f64..max, 0f64..1f64)
-        .map_err(err)?;
+    let root = canvas(path)?;
+    let mut chart = chart(&root, title, 18, 40, (0f64..max, 0f64..1f64))?;
     chart.configure_mesh().x_desc("ms").y_desc("fraction").draw().map_err(err)?;
     for (m, v) in samples_ms {
         let s = crate::measure::stats::sorted(v);
@@ -146,15 +158,14 @@ pub fn cdf(path: &Path, title: &str, samples_ms: &BTreeMap<u32, Vec<f64>>, label
 /// Share of transactions per tier (normal class), grouped bars per mode.
 pub fn tiers(path: &Path, rows: &BTreeMap<String, Row>, class: &str) -> Result<()> {
     let tiers = ["same_core", "same_cluster", "cross_cluster"];
-    let root = SVGBackend::new(path, (640, 400)).into_drawing_area();
-    root.fill(&WHITE).map_err(err)?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(format!("{class}: share per tier, median % (grey Baseline, blue P1/2, red P2/2)"), ("sans-serif", 16))
-        .margin(12)
-        .x_label_area_size(30)
-        .y_label_area_size(40)
-        .build_cartesian_2d(-0.5f64..2.5f64, 0f64..100f64)
-        .map_err(err)?;
+    let root = canvas(path)?;
+    let mut chart = chart(
+        &root,
+        &format!("{class}: share per tier, median % (grey Baseline, blue P1/2, red P2/2)"),
+        16,
+        40,
+        (-0.5f64..2.5f64, 0f64..100f64),
+    )?;
     chart
         .configure_mesh()
         .x_labels(3)

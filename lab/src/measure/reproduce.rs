@@ -12,7 +12,7 @@ use crate::harness::outcome::Outcome;
 use crate::measure::bench::{self, Job, Profile};
 use crate::measure::samples::{self, Row, Samples};
 use crate::measure::seed001::Seed001;
-use crate::measure::table::{big, delta, est, pct, show, show_delta, show_in};
+use crate::measure::table::{big, delta, est, lab_head, lab_row, pct, show, show_delta};
 pub use crate::measure::table::{lab_dir, mark, seed_dir, Dir, LEGEND};
 use crate::report::run_plan;
 use anyhow::{Context, Result};
@@ -117,21 +117,7 @@ pub fn seed000_tiers(seed: &Seed000, rows: &BTreeMap<String, Row>) -> String {
             format!("{d1:+.1}%"),
             format!("{d2:+.1}%")
         );
-        let (l1, l2) = (delta(rows, &m, 1), delta(rows, &m, 2));
-        let _ = writeln!(
-            s,
-            "{:<11} {:<14} {:<5} {:>w$} {:>w$} {:>w$} {:>w$} {:>w$}  {} {}",
-            "",
-            "",
-            "lab",
-            show(est(rows, &m, 0), 3),
-            show(est(rows, &m, 1), 3),
-            show(est(rows, &m, 2), 3),
-            show_delta(l1),
-            show_delta(l2),
-            mark(seed_dir(d1), l1.as_ref().map(lab_dir)),
-            mark(seed_dir(d2), l2.as_ref().map(lab_dir))
-        );
+        lab_row(&mut s, &lab_head(&format!("{:<11} {:<14}", "", ""), "lab"), w, rows, &m, "ms", [d1, d2]);
     }
     let _ = writeln!(s, "\nShare of transactions per tier (the seed gives Baseline only):");
     let _ = writeln!(
@@ -185,20 +171,7 @@ pub fn seed000_throughput(seed: &Seed000, rows: &BTreeMap<String, Row>) -> Strin
             let _ = writeln!(s, "{:<15} {:<5} not measurable here: {}", "", "lab", r.why);
             continue;
         }
-        let (l1, l2) = (delta(rows, &r.metric, 1), delta(rows, &r.metric, 2));
-        let _ = writeln!(
-            s,
-            "{:<15} {:<5} {:>w$} {:>w$} {:>w$} {:>w$} {:>w$}  {} {}",
-            "",
-            "lab",
-            show_in(est(rows, &r.metric, 0), &r.unit),
-            show_in(est(rows, &r.metric, 1), &r.unit),
-            show_in(est(rows, &r.metric, 2), &r.unit),
-            show_delta(l1),
-            show_delta(l2),
-            mark(seed_dir(d1), l1.as_ref().map(lab_dir)),
-            mark(seed_dir(d2), l2.as_ref().map(lab_dir))
-        );
+        lab_row(&mut s, &lab_head(&format!("{:<15}", ""), "lab"), w, rows, &r.metric, &r.unit, [d1, d2]);
     }
     s
 }

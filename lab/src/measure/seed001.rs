@@ -9,7 +9,9 @@ use crate::harness::outcome::Outcome;
 use crate::measure::bench::{self, Job};
 use crate::measure::samples::{Row, Samples};
 use crate::measure::stats;
-use crate::measure::table::{big, delta, est, lab_dir, mark, pct, seed_dir, show_delta, show_in as show, Dir};
+use crate::measure::table::{
+    big, delta, est, lab_dir, lab_head, lab_row, mark, pct, seed_dir, show_delta, show_in as show, Dir,
+};
 use anyhow::Result;
 use labproto::Event;
 use serde::Deserialize;
@@ -160,20 +162,7 @@ fn seed_row(s: &mut String, r: &RangeRow, samples: &Samples, rows: &BTreeMap<Str
         fmt_range(range(&runs(1)), &r.unit),
         fmt_range(range(&runs(2)), &r.unit)
     );
-    let (d1, d2) = (delta(rows, &r.metric, 1), delta(rows, &r.metric, 2));
-    let _ = writeln!(
-        s,
-        "{:<12} {:<5} {:>W$} {:>W$} {:>W$} {:>W$} {:>W$}  {} {}",
-        "",
-        "  med",
-        show(est(rows, &r.metric, 0), &r.unit),
-        show(est(rows, &r.metric, 1), &r.unit),
-        show(est(rows, &r.metric, 2), &r.unit),
-        show_delta(d1),
-        show_delta(d2),
-        mark(seed_dir(sd), d1.as_ref().map(lab_dir)),
-        mark(seed_dir(sd), d2.as_ref().map(lab_dir))
-    );
+    lab_row(s, &lab_head(&format!("{:<12}", ""), "  med"), W, rows, &r.metric, &r.unit, [sd, sd]);
 }
 
 /// Seed 001's table with three columns: its rows (throughput, average, P99 ranges) and its

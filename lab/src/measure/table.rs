@@ -4,6 +4,7 @@
 use crate::measure::samples::Row;
 use crate::measure::stats::Estimate;
 use std::collections::BTreeMap;
+use std::fmt::Write as _;
 
 /// Direction of a change.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -88,4 +89,36 @@ pub fn show_in(e: Option<Estimate>, unit: &str) -> String {
         Some(e) => format!("{} [{}, {}]", big(e.value), big(e.lo), big(e.hi)),
         None => "n/a".into(),
     }
+}
+
+/// The lab's line under a seed line: `head` (the table's first columns, blank, then the
+/// row's label; see [`lab_head`]), the three modes' estimates of `metric` in `unit`, both
+/// changes against Baseline with their CIs, and the direction marks against the seed's
+/// changes `seed_pct` (Patch 1/2, Patch 2/2).
+/// The start of a [`lab_row`]: `lead` (blank first columns) and `label` padded to 5.
+pub fn lab_head(lead: &str, label: &str) -> String {
+    format!("{lead} {label:<5}")
+}
+
+pub fn lab_row(
+    s: &mut String,
+    head: &str,
+    w: usize,
+    rows: &BTreeMap<String, Row>,
+    metric: &str,
+    unit: &str,
+    seed_pct: [f64; 2],
+) {
+    let (d1, d2) = (delta(rows, metric, 1), delta(rows, metric, 2));
+    let _ = writeln!(
+        s,
+        "{head} {:>w$} {:>w$} {:>w$} {:>w$} {:>w$}  {} {}",
+        show_in(est(rows, metric, 0), unit),
+        show_in(est(rows, metric, 1), unit),
+        show_in(est(rows, metric, 2), unit),
+        show_delta(d1),
+        show_delta(d2),
+        mark(seed_dir(seed_pct[0]), d1.as_ref().map(lab_dir)),
+        mark(seed_dir(seed_pct[1]), d2.as_ref().map(lab_dir))
+    );
 }

@@ -219,6 +219,8 @@ pub struct Page<'a> {
     /// The reproduction's markdown, its directory, and seed 000's run directory (plots).
     pub reproduce: Option<(&'a str, PathBuf, Option<PathBuf>)>,
     pub reproduce_error: Option<&'a str>,
+    /// Where woken server threads ran per CTABS mode, when seed 000's run was traced.
+    pub placement: Option<String>,
 }
 
 /// The self-contained HTML report.
@@ -245,6 +247,9 @@ pub fn html_report(n: &Night, page: &Page) -> String {
                 p.svg(&run.join(svg));
             }
         }
+    }
+    if let Some(md) = &page.placement {
+        p.markdown(md, n.out);
     }
     if let Some(e) = page.reproduce_error {
         p.h(2, "Reproduce failed");
@@ -287,4 +292,27 @@ fn kernels_and_stages(p: &mut html::Page, n: &Night) {
         })
         .collect();
     p.table(&["stage", "kernel", "verdict", "cases", "wall", "files"], &rows);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn html_shows_the_placement_of_a_traced_bench() {
+        let out = tempfile::tempdir().unwrap();
+        let night = Night { builds: &[], stages: &[], out: out.path(), lab_commit: "abc" };
+        let md = "## Where woken server threads ran (--trace)\n\n```\nthroughput   Baseline   21   0.0%\n```\n";
+        let page = |placement: Option<String>| Page {
+            header: String::new(),
+            failures: &[],
+            gate: None,
+            reproduce: None,
+            reproduce_error: None,
+            placement,
+        };
+        let html = html_report(&night, &page(Some(md.into())));
+        assert!(html.contains("Where woken server threads ran") && html.contains("throughput   Baseline"), "{html}");
+        assert!(!html_report(&night, &page(None)).contains("Where woken"));
+    }
 }

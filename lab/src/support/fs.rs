@@ -23,6 +23,23 @@ pub fn sha256_hex(data: &[u8]) -> String {
     hex::encode(Sha256::digest(data))
 }
 
+/// The files `*.ext` in `dir` by stem, sorted; `skip` stems are left out (a missing `dir` has none).
+pub fn stems(dir: &Path, ext: &str, skip: &[&str]) -> Vec<(String, std::path::PathBuf)> {
+    let suffix = format!(".{ext}");
+    let mut out: Vec<(String, std::path::PathBuf)> = std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.flatten()
+                .filter_map(|e| {
+                    let name = e.file_name().to_str()?.strip_suffix(&suffix)?.to_string();
+                    (!skip.contains(&name.as_str())).then(|| (name, e.path()))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    out.sort();
+    out
+}
+
 /// Writes via a temporary file and rename, so readers never see half a file.
 pub fn write_atomic(path: &Path, data: &[u8]) -> Result<()> {
     publish_file(path, |tmp| std::fs::write(tmp, data).with_context(|| format!("writing {}", tmp.display())))
