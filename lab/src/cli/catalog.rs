@@ -128,7 +128,10 @@ mod tests {
     #[test]
     fn lists_what_the_tree_has() {
         let names = |k| entries(k).into_iter().map(|e| e.name).collect::<Vec<_>>();
-        assert_eq!(names(Kind::Flavors), ["cbinder", "debug", "perf", "cbinder-spin", "cbinder-spin-debug"]);
+        assert_eq!(
+            names(Kind::Flavors),
+            ["cbinder", "debug", "perf", "cbinder-debug", "cbinder-spin", "cbinder-spin-debug"]
+        );
         assert!(names(Kind::Boards).contains(&"sa8155p".to_string()));
         let plans = names(Kind::Plans);
         assert!(plans.contains(&"default".to_string()) && plans.contains(&"conformance".to_string()));

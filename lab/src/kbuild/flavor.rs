@@ -231,5 +231,6 @@ mod tests {
         let dbg = load("cbinder-spin-debug").unwrap();
         assert_eq!(dbg.config.values["CONFIG_ANDROID_BINDER_IPC"], "y");
         assert_eq!(dbg.config.values["CONFIG_KASAN"], "y");
+        assert_eq!(dbg.series, ["rust-driver", "kbuild-fixes", "c-reference"]);
     }
 }

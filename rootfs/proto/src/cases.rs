@@ -38,6 +38,11 @@ pub const CONFORMANCE_CASES: &[CaseInfo] = &[
     case("bad_unknown_command", "unknown BC codes, a command cut off by an unreadable page"),
     case("fd_cycle_leak", "a binder fd sent to its own process: refused (Rust), a documented leak (C)"),
     case("leaks", "no binder process, thread, node, ref or buffer left after the cases"),
+    CaseInfo {
+        name: "shrinker_zap_race",
+        opt_in: true,
+        summary: "seed 001: an allocation between the shrinker's unlock and its zap (the RFC's window)",
+    },
 ];
 
 /// The case named `name`, or an error that lists them all.

@@ -253,6 +253,13 @@ pub const SPLAT_PATTERNS: &[(&str, &str)] = &[
     ("WARNING: suspicious RCU usage", "lockdep"),
     ("WARNING: bad unlock balance", "lockdep"),
     ("WARNING: lock held when returning to user space", "lockdep"),
+    // PROVE_LOCKING's other reports (the debug flavors set it): a lock taken in a context it
+    // may not sleep or spin in (PROVE_RAW_LOCK_NESTING), irq-safety inversions, a freed lock.
+    ("BUG: Invalid wait context", "lockdep"),
+    ("WARNING: possible irq lock inversion dependency detected", "lockdep"),
+    ("-unsafe lock order detected", "lockdep"),
+    ("WARNING: held lock freed!", "lockdep"),
+    ("still has locks held!", "lockdep"),
     ("BUG: sleeping function called from invalid context", "atomic-sleep"),
     ("BUG: scheduling while atomic", "atomic-sleep"),
     ("BUG: soft lockup", "soft-lockup"),
@@ -323,6 +330,17 @@ mod tests {
         assert_eq!(splat_kind("INFO: lockdep is turned off."), None);
         assert_eq!(splat_kind("---[ end Kernel panic - not syncing: x ]---"), None);
         assert_eq!(splat_kind("rcu: Hierarchical RCU implementation."), None);
+        // lockdep's reports that the generic BUG: and WARNING: patterns would file as bug/warning.
+        for l in [
+            "[ BUG: Invalid wait context ]",
+            "WARNING: possible irq lock inversion dependency detected",
+            "WARNING: HARDIRQ-safe -> HARDIRQ-unsafe lock order detected",
+            "WARNING: held lock freed!",
+            "WARNING: kworker/1:2/80 still has locks held!",
+        ] {
+            assert_eq!(splat_kind(l), Some("lockdep"), "{l}");
+        }
+        assert_eq!(splat_kind("BUG: KASAN: double-free in binder_free_page+0x2c/0x4c"), Some("kasan"));
         assert_eq!(
             splat_kind(
                 "workqueue: work func f [m] enqueued on deprecated workqueue. Use system_{percpu|dfl}_wq instead."

@@ -17,6 +17,7 @@ mod fdcycle;
 mod pool;
 mod seed002;
 mod stress;
+mod zap_race;
 
 use binder::testkit::child::fork_child;
 use binder::testkit::kmsg::{self, Kmsg};
@@ -58,7 +59,11 @@ const CASES: &[Case] = &[
 ];
 
 /// Known driver issues: run only when named with `--case`.
-const OPT_IN: &[Case] = &[];
+const OPT_IN: &[Case] = &[
+    // Aims at a window that only seed 001's C patch opens; it pins threads and runs the
+    // shrinker without pause, so it stays out of the default run.
+    Case { name: "shrinker_zap_race", timeout_s: 60.0, run: zap_race::shrinker_zap_race },
+];
 
 /// The final case (not in CASES: it runs in the runner itself).
 const LEAKS: &str = "leaks";

@@ -20,6 +20,9 @@
 //! `binder_fuzz.seed=N`, ...), which `lab run --append` sets from the host.
 //! `binder_fds=1` (`BINDER_FUZZ_BINDER_FDS=1`, `binder_fuzz.binder_fds=1`) also sends
 //! binder fds in fd objects, which finds the known fd-cycle leak (see worker.rs).
+//! `shrink_ms=N` (`BINDER_FUZZ_SHRINK_MS`, `--shrink-ms N`, `binder_fuzz.shrink_ms=N`) runs the
+//! binder shrinker every N ms from a helper process (`echo 2 > /proc/sys/vm/drop_caches`), so
+//! pages of freed buffers are reclaimed while workers allocate, free, unmap and exit.
 
 mod shm;
 mod worker;
@@ -47,6 +50,8 @@ struct Config {
     chaos_s: f64,
     /// Send binder fds in fd objects too (finds the fd-cycle leak; see worker.rs).
     binder_fds: bool,
+    /// Run the shrinker every this many ms (0: never).
+    shrink_ms: u64,
 }
 
 fn parse_num(s: &str) -> Option<u64> {
@@ -60,7 +65,7 @@ fn parse_num(s: &str) -> Option<u64> {
 fn usage() -> ! {
     eprintln!(
         "usage: binder-fuzz [--ops N] [--seconds S] [--seed N] [--procs N] [--threads N] [--binder-fds 0|1] \
-         [--chaos-seconds S] [--device PATH]"
+         [--chaos-seconds S] [--shrink-ms N] [--device PATH]"
     );
     std::process::exit(2);
 }
@@ -75,6 +80,7 @@ fn set(cfg: &mut Config, key: &str, val: &str) -> bool {
         "device" => cfg.device = val.to_string(),
         "chaos-seconds" => cfg.chaos_s = val.parse().unwrap_or_else(|_| usage()),
         "binder_fds" | "binder-fds" => cfg.binder_fds = parse_num(val).unwrap_or_else(|| usage()) != 0,
+        "shrink_ms" | "shrink-ms" => cfg.shrink_ms = parse_num(val).unwrap_or_else(|| usage()),
         _ => return false,
     }
     true
@@ -103,8 +109,9 @@ fn config() -> Config {
         hang_s: if debug { 120.0 } else { 30.0 },
         chaos_s: 3.0,
         binder_fds: false,
+        shrink_ms: 0,
     };
-    for k in ["ops", "seconds", "seed", "procs", "threads", "binder_fds"] {
+    for k in ["ops", "seconds", "seed", "procs", "threads", "binder_fds", "shrink_ms"] {
         if let Ok(v) = std::env::var(format!("BINDER_FUZZ_{}", k.to_uppercase())) {
             set(&mut cfg, k, &v);
         }
@@ -168,6 +175,38 @@ fn spawn(cfg: &Config, shm: &'static Shm, slot: usize, generation: u64) -> Optio
     }
     shm.slots[slot].pid.store(pid as u64, Ordering::Relaxed);
     Some(Live { pid, slot, generation })
+}
+
+/// The shrinker helper: a child that writes drop_caches every `every_ms` until killed.
+/// Its pid is not a worker's, so [`Supervisor::reap`] only counts it if it dies early.
+fn spawn_shrinker(every_ms: u64) -> Option<i32> {
+    // SAFETY: the parent is single-threaded, so the child may run arbitrary code.
+    let pid = unsafe { libc::fork() };
+    if pid != 0 {
+        return (pid > 0).then_some(pid);
+    }
+    // SAFETY: prctl has no memory preconditions.
+    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) };
+    let code = loop {
+        if std::fs::write("/proc/sys/vm/drop_caches", "2").is_err() {
+            break 3;
+        }
+        std::thread::sleep(Duration::from_millis(every_ms));
+    };
+    // SAFETY: ends the helper without running the parent's exit handlers.
+    unsafe { libc::_exit(code) }
+}
+
+/// Stops the shrinker helper; true if it was still running (it exits only on a failed write).
+fn stop_shrinker(pid: i32) -> bool {
+    let mut st = 0;
+    // SAFETY: pid is our child; st is a valid out-pointer.
+    unsafe {
+        let running = libc::waitpid(pid, &mut st, libc::WNOHANG) == 0;
+        libc::kill(pid, libc::SIGKILL);
+        libc::waitpid(pid, &mut st, 0);
+        running
+    }
 }
 
 /// What the kernel says a stuck task is doing.
@@ -392,6 +431,7 @@ fn main() {
     let mut kmsg = Kmsg::open_at_end().ok();
     // Drained all along: the ring buffer holds only the last few thousand records.
     let mut log = LogWatch::default();
+    let shrinker = (cfg.shrink_ms > 0).then(|| spawn_shrinker(cfg.shrink_ms));
     let mut sup = Supervisor::start(&cfg, shm);
     let mut last_progress = Instant::now();
     let grace = Duration::from_secs_f64(30.0 * scale);
@@ -414,6 +454,13 @@ fn main() {
         std::thread::sleep(Duration::from_millis(20));
     }
     let elapsed = sup.t0.elapsed();
+    match shrinker {
+        Some(Some(pid)) if !stop_shrinker(pid) => {
+            sup.crashes.push("the shrinker helper stopped early: drop_caches failed".into())
+        }
+        Some(None) => sup.crashes.push("could not fork the shrinker helper".into()),
+        _ => {}
+    }
 
     // Leaks: every worker's binder state must go away.
     let t_rel = Instant::now();
@@ -462,6 +509,7 @@ fn report_fuzz(sup: &Supervisor, elapsed: Duration) -> bool {
         "procs": cfg.procs,
         "threads": cfg.threads,
         "binder_fds": cfg.binder_fds,
+        "shrink_ms": cfg.shrink_ms,
         "workers_spawned": sup.spawned,
         "chaos_kills": sup.chaos_kills,
         "worker_exit_statuses": sup.exits.iter().map(|(k, v)| (k.to_string(), json!(v))).collect::<serde_json::Map<_, _>>(),
