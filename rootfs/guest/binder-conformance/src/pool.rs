@@ -44,6 +44,23 @@ impl Gate {
     }
 }
 
+/// Whether every pool thread of this process is asleep. A pool thread sleeps only in the
+/// driver's wait for work, so this means each is back on the driver's list of waiting
+/// threads; a thread still on its way back from a reply (under a loaded host that can take
+/// longer than any fixed pause) would make the next call ask for a looper rightly.
+fn pool_asleep() -> bool {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return false };
+    tasks.flatten().all(|e| {
+        let comm = std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
+        if !comm.starts_with("binder:") {
+            return true;
+        }
+        // `tid (comm) S ...`: the state follows the last ')'.
+        let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+        stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('S'))
+    })
+}
+
 /// Names of this process's threads that look like libbinder's pool threads.
 fn binder_thread_names() -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir("/proc/self/task")
@@ -84,10 +101,16 @@ pub fn thread_pool(ctx: &Ctx, data: &mut Data) -> CaseResult {
     // Once settled an idle looper is always waiting, so the driver must never ask again.
     c.transact(h, QUICK, &[], false).ctx("first call")?;
     std::thread::sleep(ctx.t(0.2));
+    let back = |what: &str| {
+        wait_for(ctx.t(5.0), || pool_asleep().then_some(()))
+            .ok_or_else(|| crate::common::CaseError::Fail(format!("{what}: the pool's threads never all went back to waiting")))
+    };
+    back("after the first call")?;
     let settled = (pool.threads(), pool.spawn_requests());
     for i in 0..SEQUENTIAL {
         c.transact(h, QUICK, &[], false).ctx(&format!("sequential call {i}"))?;
         std::thread::sleep(ctx.t(0.02));
+        back(&format!("after sequential call {i}"))?;
     }
     let idle = (pool.threads(), pool.spawn_requests());
     data.insert("idle".into(), json!({"threads": idle.0, "spawn_requests": idle.1, "after_first_call": settled.0}));
