@@ -13,6 +13,7 @@
 //! asymmetry lives entirely in the DT (capacity-dmips-mhz + per-cluster clocks), which
 //! is all Linux's arch_topology uses to compute `cpu_capacity`.
 
+mod cache_model;
 mod dtb;
 mod eas;
 mod expect;

@@ -62,6 +62,7 @@ pub(crate) struct BoardFile {
     l3: Option<CacheFile>,
     expect: Option<ExpectFile>,
     timing: Option<crate::timing::TimingFile>,
+    cache_model: Option<crate::cache_model::CacheModelFile>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -229,6 +230,7 @@ pub struct Board {
     clusters: Vec<Cluster>,
     l3: Option<Cache>,
     timing: Option<crate::timing::Timing>,
+    cache_model: Option<lab_cache_model::Config>,
 }
 
 impl Board {
@@ -289,6 +291,10 @@ impl Board {
     /// The heterogeneous-icount parameters (`[timing]`), if the board has them.
     pub fn timing(&self) -> Option<&crate::timing::Timing> {
         self.timing.as_ref()
+    }
+    /// The cache plugin's model (`[cache_model]` with the board's caches), if the board has it.
+    pub fn cache_model(&self) -> Option<&lab_cache_model::Config> {
+        self.cache_model.as_ref()
     }
     /// Index into [`Board::clusters`] of the cluster holding `cpu`.
     pub fn cluster_index_of(&self, cpu: u32) -> Option<usize> {
@@ -408,9 +414,17 @@ pub(crate) fn validate(raw: BoardFile, file: &str) -> Result<(Board, Option<Expe
         Some(t) => Some(crate::timing::validate(t, &clusters, smp).map_err(|(f, p, fix)| cx.err(f, p, &fix))?),
         None => None,
     };
+    let cache_model = match &raw.cache_model {
+        Some(m) => Some(
+            crate::cache_model::validate(m, &clusters, l3, timing.as_ref(), smp)
+                .map_err(|(f, p, fix)| cx.err(f, p, &fix))?,
+        ),
+        None => None,
+    };
     let q = &raw.qemu;
     let board = Board {
         timing,
+        cache_model,
         source: file.to_string(),
         name,
         description: raw.description.unwrap_or_default(),

@@ -44,6 +44,10 @@ pub struct RunArgs {
     /// A TCG plugin, `path[,arg=value...]` (`{run}` is the run directory); repeatable.
     #[arg(long)]
     pub plugin: Vec<String>,
+    /// Charge cache latencies (qemu/plugins/cache, the board's [cache_model]) to each vCPU's
+    /// time; counters in the run's cache.json. Needs --qemu lab --tcg hicount. Off by default.
+    #[arg(long, env = "LAB_CACHE")]
+    pub cache: bool,
     /// Run the plan's steps N times in one boot; results are reported as STEP@1..STEP@N.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub repeat: Option<u32>,
@@ -130,6 +134,7 @@ impl RunArgs {
             pin: self.pin,
             qemu: self.qemu,
             plugins: self.plugin.clone(),
+            cache: self.cache,
             append: self
                 .append
                 .iter()

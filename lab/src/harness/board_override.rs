@@ -51,6 +51,14 @@ fn restrict_clusters(t: &mut toml::Table, n: u32) {
         }
     }
     clusters.retain(|c| c.get("cpus").and_then(Value::as_array).is_some_and(|v| !v.is_empty()));
+    // Per-cluster tables name only clusters that are left.
+    let kept: Vec<String> =
+        clusters.iter().filter_map(|c| c.get("name").and_then(Value::as_str)).map(String::from).collect();
+    for (section, table) in [("timing", "ps_per_insn"), ("cache_model", "cycles")] {
+        if let Some(per) = t.get_mut(section).and_then(|s| s.get_mut(table)).and_then(Value::as_table_mut) {
+            per.retain(|name, _| kept.iter().any(|k| k == name));
+        }
+    }
 }
 
 #[cfg(test)]
@@ -69,6 +77,8 @@ mod tests {
         // Capacities follow from the CPUs left: gold is now the biggest (488 * 1785.6 / 2419.2).
         assert_eq!(board::expected_capacities(&b), [360, 360, 360, 360, 1024]);
         assert!(b.source().contains("--smp 5"), "{}", b.source());
+        // [cache_model] keeps the CPUs left.
+        assert_eq!(b.cache_model().unwrap().cpus.len(), 5);
         let full = load(&sa8155p(), None, None).unwrap();
         assert_eq!(full.smp(), 8);
     }

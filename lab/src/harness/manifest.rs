@@ -104,6 +104,7 @@ mod tests {
             plan: labproto::Plan { name: "default".into(), ..Default::default() },
             qemu: crate::harness::qemu::QEMU.into(),
             qemu_key: None,
+            cache_plugin: None,
         };
         let opts = RunOpts::default();
         let spec = vm_spec(&p, &opts, d.path(), Console::Pipe);

@@ -41,6 +41,8 @@ pub struct RunOpts {
     pub qemu: crate::kbuild::qemu::Choice,
     /// TCG plugins (`path,arg=value`); `{run}` in an argument becomes the run directory.
     pub plugins: Vec<String>,
+    /// Load the cache cost plugin with the board's `[cache_model]` (`--cache`; hicount only).
+    pub cache: bool,
     /// Runs of the plan's step list in one boot (`--repeat`; 0 and 1: once).
     pub repeat: u32,
     /// Stop repeating at the first run with a failure (`--until-fail`).
@@ -77,6 +79,7 @@ impl Default for RunOpts {
             no_eas: false,
             qemu: Default::default(),
             plugins: vec![],
+            cache: false,
             repeat: 0,
             until_fail: false,
             collect: vec![],

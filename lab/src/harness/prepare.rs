@@ -23,6 +23,8 @@ pub struct Prepared {
     /// The QEMU binary, and the lab build's key (None: the system QEMU).
     pub qemu: PathBuf,
     pub qemu_key: Option<String>,
+    /// `--cache`: the cache plugin's argument (`.so,config=..,out=..`).
+    pub cache_plugin: Option<String>,
 }
 
 /// Builds what is missing and writes the DTB and initramfs into `dir`.
@@ -31,6 +33,7 @@ pub fn prepare(opts: &RunOpts, plan: Plan, dir: &Path) -> Result<Prepared> {
     let (board, board_sha256) = load_board_file(&opts.board, opts.smp, opts.memory.as_deref())?;
     let board = if opts.no_eas { board.without_eas() } else { board };
     check_hicount(opts, &board)?;
+    let cache_plugin = cache_plugin(opts, &board, dir)?;
     // LAB_KERNEL boots a kernel built elsewhere, e.g. from a private tree while the shared
     // one is busy; the manifest records its Image's hash as the key.
     let kernel = match std::env::var_os("LAB_KERNEL") {
@@ -53,7 +56,33 @@ pub fn prepare(opts: &RunOpts, plan: Plan, dir: &Path) -> Result<Prepared> {
     spec.overlay = opts.overlay.clone();
     let initrd = dir.join("initramfs.cpio");
     rootfs::write_initramfs(&spec, &initrd)?;
-    Ok(Prepared { kernel, board, board_sha256, dtb, initrd, plan, qemu: qemu_bin, qemu_key })
+    Ok(Prepared { kernel, board, board_sha256, dtb, initrd, plan, qemu: qemu_bin, qemu_key, cache_plugin })
+}
+
+/// The run's cache counters (`--cache`).
+pub const CACHE_COUNTERS: &str = "cache.json";
+
+/// `--cache`: the board's model written into the run directory, and the plugin built.
+fn cache_plugin(opts: &RunOpts, board: &board::Board, dir: &Path) -> Result<Option<String>> {
+    if !opts.cache {
+        return Ok(None);
+    }
+    if opts.tcg != Tcg::Hicount {
+        anyhow::bail!(
+            "--cache charges cache latencies to each vCPU's own time, which only the lab QEMU's \
+             timing model has: add --qemu lab --tcg hicount"
+        );
+    }
+    let model = board.cache_model().with_context(|| {
+        format!(
+            "--cache needs the board's [cache_model] section, which {} lacks (board/sa8155p.toml has one)",
+            board.source()
+        )
+    })?;
+    let config = dir.join("cache-model.json");
+    std::fs::write(&config, serde_json::to_string_pretty(model)?)?;
+    let so = crate::kbuild::qemu::build_plugin("lab-plugin-cache")?;
+    Ok(Some(format!("{},config={},out={}", so.display(), config.display(), dir.join(CACHE_COUNTERS).display())))
 }
 
 /// `--tcg hicount` needs what only the lab QEMU and a board with `[timing]` have.
@@ -120,7 +149,7 @@ pub fn vm_spec(p: &Prepared, opts: &RunOpts, dir: &Path, console: Console) -> Vm
         gdb: opts.gdb.then(|| dir.join(GDB_SOCKET)),
         dump: opts.dump.is_some(),
         trace: opts.trace.as_ref().map(|_| dir.join(crate::harness::trace::TRACE_STREAM)),
-        plugins: opts.plugins.iter().map(|p| p.replace("{run}", &run)).collect(),
+        plugins: opts.plugins.iter().map(|p| p.replace("{run}", &run)).chain(p.cache_plugin.clone()).collect(),
         timing: p.board.timing().cloned(),
     }
 }

@@ -1,0 +1,191 @@
+//! `[cache_model]`: the latencies of the cache plugin (`qemu/plugins/cache`, `--cache`), per
+//! cluster in the core's own cycles (load-to-use), and DRAM in ns. The geometry is the
+//! board's: each cluster's `l1d` and `l2`, and the shared `[l3]`.
+//!
+//! Cycles become picoseconds at `ps_per_insn x capacity_dmips_mhz / 1024` of the CPU's
+//! `[timing]`: the time of one instruction of a capacity-1024 core at ipc 1. With the
+//! derived `ps_per_insn` that is `1 / (max_mhz x ipc_1024)`, the real clock period when
+//! `ipc_1024 = 1`, and an override of `ps_per_insn` scales the cache costs with it, so they
+//! stay in proportion to instruction time. DRAM's ns become cycles at `max_mhz`.
+
+use std::collections::BTreeMap;
+
+use lab_cache_model::{Config, Costs, CpuConfig, Cycles, Geometry};
+use serde::Deserialize;
+
+use crate::schema::{Cache, Cluster};
+use crate::timing::Timing;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct CacheModelFile {
+    dram_ns: f64,
+    /// Per cluster name.
+    cycles: BTreeMap<String, CyclesFile>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CyclesFile {
+    l1d: f64,
+    l2: f64,
+    l3: f64,
+    same_cluster: f64,
+    cross_cluster: f64,
+}
+
+type Problem = (String, String, String);
+
+fn bad(f: &str, p: String, fix: &str) -> Problem {
+    (format!("cache_model.{f}"), p, fix.to_string())
+}
+
+fn geometry(c: Option<Cache>, field: &str) -> Result<Geometry, Problem> {
+    let c = c.ok_or_else(|| {
+        (
+            field.to_string(),
+            "missing, but the board has [cache_model]".into(),
+            "describe the cache's size_kib, line_bytes and ways".into(),
+        )
+    })?;
+    Ok(Geometry { size_kib: c.size_bytes / 1024, ways: c.ways })
+}
+
+fn cycles(name: &str, f: &CyclesFile, dram_ns: f64, cluster: &Cluster) -> Result<Cycles, Problem> {
+    let all = [
+        ("l1d", f.l1d),
+        ("l2", f.l2),
+        ("l3", f.l3),
+        ("same_cluster", f.same_cluster),
+        ("cross_cluster", f.cross_cluster),
+    ];
+    if let Some((k, v)) = all.iter().find(|(_, v)| !(v.is_finite() && *v >= 1.0 && *v <= 1000.0)) {
+        return Err(bad(
+            &format!("cycles.{name}.{k}"),
+            format!("{v} cycles is out of range"),
+            "use load-to-use cycles in 1..=1000",
+        ));
+    }
+    if !(f.l1d <= f.l2 && f.l2 <= f.l3) {
+        return Err(bad(
+            &format!("cycles.{name}"),
+            format!("l1d {} / l2 {} / l3 {} do not grow", f.l1d, f.l2, f.l3),
+            "a farther level cannot be faster: l1d <= l2 <= l3",
+        ));
+    }
+    let dram = dram_ns * f64::from(cluster.max_khz) / 1e6;
+    Ok(Cycles { l1d: f.l1d, l2: f.l2, l3: f.l3, same_cluster: f.same_cluster, cross_cluster: f.cross_cluster, dram })
+}
+
+/// Checks `[cache_model]` against the clusters, their caches and `[timing]`; Err is
+/// (field, problem, fix).
+pub(crate) fn validate(
+    m: &CacheModelFile,
+    clusters: &[Cluster],
+    l3: Option<Cache>,
+    timing: Option<&Timing>,
+    smp: u32,
+) -> Result<Config, Problem> {
+    let timing =
+        timing.ok_or_else(|| bad("", "needs the board's [timing]".into(), "add [timing] (see board/sa8155p.toml)"))?;
+    if !(m.dram_ns.is_finite() && m.dram_ns > 0.0 && m.dram_ns <= 10_000.0) {
+        return Err(bad(
+            "dram_ns",
+            format!("{} ns is out of range", m.dram_ns),
+            "use the DRAM load latency in ns, e.g. 124",
+        ));
+    }
+    if let Some(name) = m.cycles.keys().find(|n| !clusters.iter().any(|c| &c.name == *n)) {
+        let names: Vec<&str> = clusters.iter().map(|c| c.name.as_str()).collect();
+        return Err(bad("cycles", format!("{name:?} is not a cluster"), &format!("use one of {names:?}")));
+    }
+    let l3 = geometry(l3, "l3")?;
+    let mut cpus = vec![None; smp as usize];
+    let mut line_bytes = None;
+    for (i, c) in clusters.iter().enumerate() {
+        let f = m.cycles.get(&c.name).ok_or_else(|| {
+            bad(
+                &format!("cycles.{}", c.name),
+                "missing".into(),
+                "give the cluster's l1d, l2, l3, same_cluster and cross_cluster cycles",
+            )
+        })?;
+        let lat = cycles(&c.name, f, m.dram_ns, c)?;
+        let (l1d, l2) =
+            (geometry(c.l1d, &format!("clusters[{i}].l1d"))?, geometry(c.l2, &format!("clusters[{i}].l2"))?);
+        line_bytes = line_bytes.or(c.l1d.map(|x| x.line_bytes));
+        for &cpu in &c.cpus {
+            let ps_per_cycle = timing.cpu_ps_per_insn[cpu as usize] as f64 * f64::from(c.capacity_dmips_mhz) / 1024.0;
+            let cost_ps = Costs::from_cycles(&lat, ps_per_cycle);
+            cpus[cpu as usize] = Some(CpuConfig { cluster: i as u32, l1d, l2, cost_ps });
+        }
+    }
+    let cfg = Config { line_bytes: line_bytes.unwrap_or(64), l3, cpus: cpus.into_iter().flatten().collect() };
+    cfg.check().map_err(|e| bad("", e, "use caches of a power-of-two number of sets and one line size"))?;
+    Ok(cfg)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::Board;
+
+    fn sa8155p_with(model: &str) -> Result<Board, crate::BoardError> {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/sa8155p.toml");
+        let text = std::fs::read_to_string(path).unwrap();
+        let start = text.find("[cache_model]").unwrap();
+        let end = text[start..].find("\n# What the guest").unwrap() + start;
+        Board::from_str_named(&format!("{}{model}\n{}", &text[..start], &text[end..]), "board/sa8155p.toml")
+    }
+
+    #[test]
+    fn sa8155p_costs_follow_the_clock_and_the_geometry() {
+        let path = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/sa8155p.toml"));
+        let b = Board::load(path).unwrap();
+        let m = b.cache_model().expect("sa8155p has [cache_model]");
+        assert_eq!(m.cpus.len(), 8);
+        assert_eq!((m.l3.size_kib, m.l3.ways, m.line_bytes), (2048, 16, 64));
+        let (silver, gold, prime) = (&m.cpus[0], &m.cpus[4], &m.cpus[7]);
+        assert_eq!((silver.cluster, gold.cluster, prime.cluster), (0, 1, 2));
+        assert_eq!((silver.l1d.size_kib, silver.l2.size_kib, prime.l2.size_kib), (32, 128, 512));
+        // DRAM is the board's ns on every core at ipc_1024 = 1 (within the rounding of
+        // ps_per_insn to whole picoseconds), less the L1D hit the instruction includes.
+        for c in [silver, gold, prime] {
+            let dram_ns = c.cost_ps.dram as f64 / 1000.0;
+            assert!((dram_ns - 124.0).abs() < 3.0, "{dram_ns}");
+            assert!(c.cost_ps.l2 < c.cost_ps.l3 && c.cost_ps.same_cluster < c.cost_ps.cross_cluster, "{c:?}");
+        }
+        // A gold cycle is 413 ps: its L2 costs 9 - 4 cycles.
+        assert_eq!(gold.cost_ps.l2, 5 * 413);
+    }
+
+    #[test]
+    fn ipc_scales_the_costs_with_instruction_time() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/sa8155p.toml");
+        let text = std::fs::read_to_string(path).unwrap().replace("ipc_1024 = 1.0", "ipc_1024 = 2.0");
+        let b = Board::from_str_named(&text, "board/sa8155p.toml").unwrap();
+        let gold = &b.cache_model().unwrap().cpus[4];
+        // Half the instruction time, half the cache time.
+        assert_eq!(gold.cost_ps.l2, 5 * 207);
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let ok = "[cache_model]\ndram_ns = 124\n[cache_model.cycles]\n";
+        let c = "silver = { l1d = 3, l2 = 9, l3 = 31, same_cluster = 31, cross_cluster = 40 }\n\
+                 gold = { l1d = 4, l2 = 9, l3 = 31, same_cluster = 31, cross_cluster = 40 }\n";
+        let e = sa8155p_with(&format!("{ok}{c}")).unwrap_err();
+        assert_eq!(e.field, "cache_model.cycles.prime", "{e}");
+        let e = sa8155p_with(&format!(
+            "{ok}{c}prime = {{ l1d = 4, l2 = 3, l3 = 31, same_cluster = 31, cross_cluster = 40 }}\n"
+        ))
+        .unwrap_err();
+        assert!(e.to_string().contains("cache_model.cycles.prime: l1d 4 / l2 3"), "{e}");
+        let e = sa8155p_with(&format!(
+            "{ok}{c}big = {{ l1d = 4, l2 = 9, l3 = 31, same_cluster = 31, cross_cluster = 40 }}\n"
+        ))
+        .unwrap_err();
+        assert!(e.fix.contains("silver"), "{e}");
+        let e = sa8155p_with(&format!("[cache_model]\ndram_ns = 0\n[cache_model.cycles]\n{c}")).unwrap_err();
+        assert_eq!(e.field, "cache_model.dram_ns");
+    }
+}

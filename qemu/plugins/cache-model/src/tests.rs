@@ -1,0 +1,116 @@
+use super::*;
+
+/// Two clusters: CPUs 0-1 and 2. L1D 1 KiB 2-way (8 sets), L2 4 KiB 2-way (32 sets), L3 16
+/// KiB 4-way (64 sets), 64-byte lines.
+fn model() -> Model {
+    let cost = Costs { l2: 10, l3: 30, same_cluster: 40, cross_cluster: 60, dram: 100 };
+    let cpu = |cluster| CpuConfig {
+        cluster,
+        l1d: Geometry { size_kib: 1, ways: 2 },
+        l2: Geometry { size_kib: 4, ways: 2 },
+        cost_ps: cost,
+    };
+    Model::new(Config { line_bytes: 64, l3: Geometry { size_kib: 16, ways: 4 }, cpus: vec![cpu(0), cpu(0), cpu(1)] })
+        .unwrap()
+}
+
+/// The n-th line mapping to L1D set 0 (8 sets of 64 bytes): 512 bytes apart.
+fn set0(n: u64) -> u64 {
+    0x8000_0000 + n * 512
+}
+
+#[test]
+fn a_line_misses_once_then_hits() {
+    let mut m = model();
+    assert_eq!(m.access(0, 0x1000, false), (Served::Dram, 100));
+    assert_eq!(m.access(0, 0x1000 + 63, false), (Served::L1d, 0), "same line");
+    assert_eq!(m.access(0, 0x1040, false).0, Served::Dram, "next line");
+    let c = m.counters(0);
+    assert_eq!((c.l1d_refs, c.l1d_misses, c.l2_refs, c.l2_misses, c.l3_refs, c.l3_misses), (3, 2, 2, 2, 2, 2));
+    assert_eq!(c.charged_ps, 200);
+    // Another CPU finds it in the shared L3 (nobody wrote it).
+    assert_eq!(m.access(1, 0x1000, false), (Served::L3, 30));
+}
+
+#[test]
+fn lru_evicts_the_least_recent_way() {
+    let mut m = model();
+    m.access(0, set0(0), false);
+    m.access(0, set0(1), false);
+    // Touch line 0: line 1 is now the least recent of the two ways.
+    assert_eq!(m.access(0, set0(0), false).0, Served::L1d);
+    m.access(0, set0(2), false);
+    assert_eq!(m.access(0, set0(0), false).0, Served::L1d, "the recent line stayed");
+    // Line 1 left the L1D but is still in the 2-way, 32-set L2 (512 bytes apart: sets 0 and 8).
+    assert_eq!(m.access(0, set0(1), false), (Served::L2, 10));
+}
+
+#[test]
+fn a_written_line_comes_from_its_writer_at_the_cluster_cost() {
+    let mut m = model();
+    m.access(0, 0x2000, true);
+    // CPU 1 shares CPU 0's cluster, CPU 2 does not.
+    assert_eq!(m.access(1, 0x2000, false), (Served::SameCluster, 40));
+    assert_eq!(m.access(1, 0x2000, false).0, Served::L1d);
+    m.access(0, 0x2000, true);
+    assert_eq!(m.access(2, 0x2000, false), (Served::CrossCluster, 60));
+    // CPU 0's store invalidated CPU 1's copy; CPU 0 no longer holds it modified, so the line
+    // is read from the L3 now.
+    assert_eq!(m.access(1, 0x2000, false), (Served::L3, 30));
+    assert_eq!(m.counters(1).same_cluster_transfers, 1);
+    assert_eq!(m.counters(2).cross_cluster_transfers, 1);
+    assert_eq!(m.counters(1).charged_ps, 40 + 30);
+}
+
+#[test]
+fn stores_are_counted_not_charged_and_shared_lines_upgrade() {
+    let mut m = model();
+    m.access(0, 0x3000, false);
+    m.access(1, 0x3000, false);
+    // Both hold it shared: CPU 1's store must invalidate CPU 0's copy.
+    assert_eq!(m.access(1, 0x3000, true), (Served::L1d, 0));
+    assert_eq!(m.access(0, 0x3000, false), (Served::SameCluster, 40));
+    // An exclusive line is written without a transfer, but its writer is recorded.
+    m.access(2, 0x4000, false);
+    m.access(2, 0x4000, true);
+    assert_eq!(m.access(0, 0x4000, false).0, Served::CrossCluster);
+    assert_eq!(m.counters(2).charged_ps, 100, "only CPU 2's load of 0x4000 was charged");
+}
+
+#[test]
+fn a_writer_that_evicted_the_line_does_not_serve_it() {
+    let mut m = model();
+    m.access(0, 0x8000_0000, true);
+    // 64 more lines in L2 set 0 (2 KiB apart) push it out of CPU 0's L1D and L2.
+    for n in 1..=4 {
+        m.access(0, 0x8000_0000 + n * 2048, false);
+    }
+    assert_eq!(m.access(1, 0x8000_0000, false), (Served::L3, 30));
+}
+
+#[test]
+fn costs_are_cycles_above_an_l1d_hit() {
+    let c = Cycles { l1d: 4.0, l2: 9.0, l3: 31.0, same_cluster: 31.0, cross_cluster: 40.0, dram: 300.0 };
+    // 413 ps per cycle (a 2.42 GHz gold core).
+    let k = Costs::from_cycles(&c, 413.0);
+    assert_eq!(k, Costs { l2: 2065, l3: 11151, same_cluster: 11151, cross_cluster: 14868, dram: 122248 });
+}
+
+#[test]
+fn bad_geometry_names_the_cache() {
+    let mut cfg = Config {
+        line_bytes: 64,
+        l3: Geometry { size_kib: 16, ways: 4 },
+        cpus: vec![CpuConfig {
+            cluster: 0,
+            l1d: Geometry { size_kib: 1, ways: 3 },
+            l2: Geometry { size_kib: 4, ways: 2 },
+            cost_ps: Costs::default(),
+        }],
+    };
+    let e = Model::new(cfg.clone()).err().unwrap();
+    assert!(e.contains("cpus[0].l1d"), "{e}");
+    cfg.cpus[0].l1d.ways = 2;
+    cfg.line_bytes = 48;
+    assert!(Model::new(cfg).err().unwrap().contains("line_bytes"));
+}
