@@ -13,7 +13,8 @@
 //!   node's minimum, nice 0; back to SCHED_OTHER nice 0 after each call.
 //! - `prio_node_caps`: a node without INHERIT_RT caps a FIFO caller to SCHED_OTHER at the node's
 //!   minimum (nice -10); a node with a FIFO 10 minimum raises a nice 0 caller to FIFO 10.
-//! - `prio_oneway`: a FIFO caller's oneway call runs at the server's default (nice 0).
+//! - `prio_oneway`: a FIFO caller's oneway call to a node with INHERIT_RT and minimum nice -5 runs
+//!   at the server's default raised to the node's minimum (nice -5), never FIFO.
 //! - `prio_nested`: A (FIFO 40) calls B (node minimum nice -10, no INHERIT_RT), B calls back A:
 //!   B runs at nice -10, A's thread serves the nested call at nice -10 too (what B carries),
 //!   then A is FIFO 40 again and B nice 0.
@@ -259,7 +260,7 @@ pub fn prio_node_caps(ctx: &Ctx, data: &mut Data) -> CaseResult {
 pub fn prio_oneway(ctx: &Ctx, data: &mut Data) -> CaseResult {
     let (tx, rx) = mpsc::channel::<(Sched, i32)>();
     let tx = Mutex::new(tx);
-    let server = Server::start_blocking(ctx, 1, node_flags(libc::SCHED_OTHER, 0, true), move |_, inc| {
+    let server = Server::start_blocking(ctx, 1, node_flags(libc::SCHED_OTHER, -5, true), move |_, inc| {
         let tid = binder::gettid();
         let _ = tx.lock().unwrap().send((Sched::of(tid), tid));
         if inc.flags & TF_ONE_WAY != 0 {
@@ -275,7 +276,8 @@ pub fn prio_oneway(ctx: &Ctx, data: &mut Data) -> CaseResult {
         as_caller(fifo(50), || b.call_with(h, PROBE, &Parcel::new(), &opts, None).ctx("oneway call"))?;
         let (got, tid) = rx.recv_timeout(ctx.t(5.0)).ctx("the oneway call did not reach the server")?;
         d.insert(format!("oneway_{}", if on { "on" } else { "off" }), json!(got.show()));
-        check!(got == OTHER0, "a FIFO 50 caller's oneway call ran at {}, expected OTHER nice 0", got.show());
+        let want = if on { nice(-5) } else { OTHER0 };
+        check!(got == want, "a FIFO 50 caller's oneway call ran at {}, expected {}", got.show(), want.show());
         settles(ctx, tid, OTHER0)?;
         Ok(format!("oneway from FIFO 50 -> {}", got.show()))
     });
