@@ -27,7 +27,7 @@ pub fn export() -> Result<()> {
 
 pub fn reset() -> Result<()> {
     let (t, _lock) = qemu::unsynced_tree(&paths::cache())?;
-    tree::reset(&t, std::slice::from_ref(&qemu::series()?))?;
+    tree::reset_named(&t, std::slice::from_ref(&qemu::series()?), &qemu::NAMES)?;
     println!("{} now carries exactly qemu/series", t.display());
     Ok(())
 }

@@ -99,7 +99,7 @@ pub fn prepared_tree(cache: &Path) -> Result<(PathBuf, std::fs::File)> {
     let lock = QemuLock::load()?;
     let src = ensure_unpacked(cache, &lock.qemu)?;
     let guard = tree::lock_in(&qemu_cache(cache).join("src"), "QEMU", "building the lab QEMU")?;
-    tree::sync_series(&src, std::slice::from_ref(&series()?))?;
+    tree::sync_series_named(&src, std::slice::from_ref(&series()?), &NAMES)?;
     Ok((src, guard))
 }
 

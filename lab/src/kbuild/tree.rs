@@ -106,6 +106,10 @@ pub struct Names {
     pub base: &'static str,
 }
 
+/// The kernel tree's names: its default series and the commands that export and reset it.
+pub const KERNEL: Names =
+    Names { folder: "rust-driver/", export: "driver-export", reset: "driver-reset", base: "the pinned kernel" };
+
 /// The lab-only series (the deferral switch): `rust-driver/lab/`, applied after the
 /// upstream-bound series in `rust-driver/`, so that one stands alone on the pinned tree.
 pub const LAB_SUBDIR: &str = "lab";
@@ -267,30 +271,36 @@ pub fn lock_in(dir: &Path, what: &str, purpose: &str) -> Result<std::fs::File> {
 /// Makes the tree carry exactly the stack, unless it already does. Work the developer has
 /// not exported (uncommitted edits or new commits) is never thrown away.
 pub fn sync_series(tree: &Path, stack: &[Series]) -> Result<()> {
+    sync_series_named(tree, stack, &KERNEL)
+}
+
+/// [`sync_series`] for another tree (QEMU's): `names` go into its messages.
+pub fn sync_series_named(tree: &Path, stack: &[Series], names: &Names) -> Result<()> {
     let want = stack_hash(stack)?;
     if stamp(tree, "lab-series").as_deref() == Some(want.as_str()) {
         return Ok(());
     }
     if has_work(tree)? {
         let dirty = !git_out(tree, &["status", "--porcelain", "--untracked-files=no"])?.is_empty();
-        let names: Vec<String> = stack.iter().map(|s| format!("{}/", s.name())).collect();
+        let series: Vec<String> = stack.iter().map(|s| format!("{}/", s.name())).collect();
+        let Names { folder, export, reset, .. } = names;
         bail!(
-            "the kernel tree {} must carry {}, but it has work that is not in rust-driver/ yet \
-             ({}).\nKeep it: commit it there and run `cargo make driver-export`, then merge with your rust-driver/ change.\n\
-             Or drop it: `cargo make driver-reset` re-applies rust-driver/ from scratch.",
+            "the tree {} must carry {}, but it has work that is not in {folder} yet \
+             ({}).\nKeep it: commit it there and run `cargo make {export}`, then merge with your {folder} change.\n\
+             Or drop it: `cargo make {reset}` re-applies {folder} from scratch.",
             tree.display(),
-            names.join(" + "),
+            series.join(" + "),
             if dirty { "uncommitted changes" } else { "commits not exported" }
         );
     }
     let keep = applied_upto(tree, stamp(tree, "lab-head").as_deref());
-    apply_series(tree, stack, keep)?;
+    apply_series(tree, stack, keep, names)?;
     set_stamps(tree, &want)
 }
 
 /// Applies the stack as one commit per patch, starting from the longest prefix of `keep`
 /// (patches already applied, in order) that the stack shares, else from the base commit.
-fn apply_series(tree: &Path, stack: &[Series], keep: Vec<Applied>) -> Result<()> {
+fn apply_series(tree: &Path, stack: &[Series], keep: Vec<Applied>, names: &Names) -> Result<()> {
     let base = stamp(tree, "lab-base").context("tree has no base stamp; delete it and rerun")?;
     let previous = git_out(tree, &["rev-parse", "HEAD"])?;
     let want = wanted(stack)?;
@@ -312,14 +322,17 @@ fn apply_series(tree: &Path, stack: &[Series], keep: Vec<Applied>) -> Result<()>
             let restored = match restore(tree, &previous) {
                 Ok(()) => "The tree was left as it was before.".to_string(),
                 Err(why) => format!(
-                    "Restoring the tree {} to {previous} failed too ({why}); run `cargo make driver-reset` once the cause is fixed.",
-                    tree.display()
+                    "Restoring the tree {} to {previous} failed too ({why}); run `cargo make {}` once the cause is fixed.",
+                    tree.display(),
+                    names.reset
                 ),
             };
             bail!(
-                "patch {} does not apply to the pinned kernel:\n{}\n{restored} Fix or rebase the patch (edit it in the tree and `cargo make driver-export`).",
+                "patch {} does not apply to {}:\n{}\n{restored} Fix or rebase the patch (edit it in the tree and `cargo make {}`).",
                 w.id,
-                if failing.is_empty() { text.trim().to_string() } else { failing.join("\n") }
+                names.base,
+                if failing.is_empty() { text.trim().to_string() } else { failing.join("\n") },
+                names.export
             );
         }
         applied.push(Applied { commit: git_out(tree, &["rev-parse", "HEAD"])?, ..w.clone() });
@@ -362,7 +375,12 @@ fn restore(tree: &Path, previous: &str) -> std::result::Result<(), String> {
 
 /// Throws away tree work and re-applies the stack from the base commit.
 pub fn reset(tree: &Path, stack: &[Series]) -> Result<()> {
-    apply_series(tree, stack, vec![])?;
+    reset_named(tree, stack, &KERNEL)
+}
+
+/// [`reset`] for another tree (QEMU's).
+pub fn reset_named(tree: &Path, stack: &[Series], names: &Names) -> Result<()> {
+    apply_series(tree, stack, vec![], names)?;
     set_stamps(tree, &stack_hash(stack)?)
 }
 
@@ -460,7 +478,7 @@ fn export_range(tree: &Path, range: &str, dir: &Path, header: &str) -> Result<Ve
     let tmp = staged.path();
     output(git(tree).args(format_patch_args()).arg("-o").arg(tmp).arg(range))?;
     let mut names: Vec<String> =
-        std::fs::read_dir(&tmp)?.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+        std::fs::read_dir(tmp)?.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
     names.sort();
     for n in &names {
         std::fs::rename(tmp.join(n), dir.join(n))?;
@@ -727,6 +745,19 @@ pub(crate) mod tests {
         let deb = dir.join("k.deb");
         output(Command::new("dpkg-deb").args(["--root-owner-group", "-b"]).arg(&root).arg(&deb)).unwrap();
         deb
+    }
+
+    #[test]
+    fn another_trees_messages_name_its_own_commands() {
+        let (_d, tree, dir) = fixture();
+        commit(&tree, "drivers/a.rs", "fn a() { b() }\n", "qemu: one");
+        export(&tree, &dir).unwrap();
+        std::fs::write(tree.join("drivers/a.rs"), "local edit\n").unwrap();
+        std::fs::write(dir.join("series"), "").unwrap();
+        let q = Names { folder: "qemu/", export: "qemu-export", reset: "qemu-reset", base: "the pinned QEMU" };
+        let e = sync_series_named(&tree, &[Series::load(&dir).unwrap()], &q).unwrap_err().to_string();
+        assert!(e.contains("qemu-export") && e.contains("qemu-reset") && e.contains("not in qemu/"), "{e}");
+        assert!(!e.contains("driver-export") && !e.contains("driver-reset"), "{e}");
     }
 
     #[test]
