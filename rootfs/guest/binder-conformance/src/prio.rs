@@ -1,10 +1,12 @@
 //! Priority inheritance (the Android Common Kernel's semantics; rust-driver 0011).
 //!
 //! Each case runs its scenario in the modes the driver has: with
-//! `/sys/kernel/debug/rust_binder/priority_inheritance` (`--prio-switch`), "0" (mainline: the
-//! server keeps its own priority) and then "1" (Android's), restoring the value it found;
-//! without it (the C driver of mainline, which has no inheritance), mainline's behavior only,
-//! reported as the documented difference. The server observes its own policy, RT priority and
+//! `/sys/kernel/debug/rust_binder/priority_inheritance` (`--prio-switch`), "0" (7.2's Rust
+//! driver: the server keeps its own priority) and then "1" (Android's), restoring the value it
+//! found; without it (the C driver of mainline), mainline C's behavior, reported as the
+//! documented difference: a synchronous caller's nice value is passed on (a FIFO caller's is
+//! 0), never its RT policy, and negative node minimums do nothing (the C driver keeps the
+//! flags' low byte unsigned). The server observes its own policy, RT priority and
 //! nice value during the call (`sched_getscheduler`, `sched_getparam`, `getpriority` on its
 //! thread id) and the case reads the same from outside afterwards.
 //!
@@ -147,11 +149,24 @@ fn probe(b: &mut Binder, h: u32, caller: Sched) -> Result<(Sched, i32), CaseErro
     Sched::parse(&r.data).ctx(&format!("probe reply {:?}", String::from_utf8_lossy(&r.data)))
 }
 
-/// Runs `scenario(on)` in every mode the driver has (see the module doc) and reports them.
+/// The driver's behavior a scenario runs under.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Mode {
+    /// The Rust driver with the switch at 0: no inheritance at all.
+    Off,
+    /// The Rust driver with the switch at 1: Android's semantics.
+    On,
+    /// No switch: the C driver of mainline, which passes a synchronous caller's nice value
+    /// (never its RT policy) and reads the node's minimum as an unsigned byte, so negative
+    /// minimums have no effect.
+    MainlineC,
+}
+
+/// Runs `scenario(mode)` in every mode the driver has (see the module doc) and reports them.
 fn in_modes(
     ctx: &Ctx,
     data: &mut Data,
-    mut scenario: impl FnMut(bool, &mut Data) -> Result<String, CaseError>,
+    mut scenario: impl FnMut(Mode, &mut Data) -> Result<String, CaseError>,
 ) -> CaseResult {
     let switch = ctx.prio_switch.as_str();
     let original = std::fs::read_to_string(switch).ok().map(|s| s.trim().to_string());
@@ -159,18 +174,18 @@ fn in_modes(
     let _restore = original.clone().map(|v| Restore(switch, v));
     let mut seen = vec![];
     if original.is_some() {
-        for (v, on) in [("0", false), ("1", true)] {
+        for (v, mode) in [("0", Mode::Off), ("1", Mode::On)] {
             set_switch(switch, v)?;
-            let what = scenario(on, data).map_err(|e| match e {
+            let what = scenario(mode, data).map_err(|e| match e {
                 CaseError::Fail(m) => CaseError::Fail(format!("priority_inheritance={v}: {m}")),
                 e => e,
             })?;
             seen.push(format!("{v}: {what}"));
         }
     } else {
-        let what = scenario(false, data)?;
+        let what = scenario(Mode::MainlineC, data)?;
         seen.push(format!(
-            "no {switch} ({} driver): no inheritance, the documented difference: {what}",
+            "no {switch} ({} driver): mainline's nice-only inheritance, the documented difference: {what}",
             ctx.driver.name()
         ));
     }
@@ -202,15 +217,16 @@ fn run_probes(
     key: &str,
     flags: u32,
     callers: &[Sched],
-    want: impl Fn(bool, Sched) -> Sched,
+    want: impl Fn(Mode, Sched) -> Sched,
 ) -> CaseResult {
     let (server, mut b, h) = probe_server(ctx, flags)?;
-    let r = in_modes(ctx, data, |on, d| {
+    let r = in_modes(ctx, data, |mode, d| {
+        let on = mode == Mode::On;
         let mut seen = vec![];
         let mut last = None;
         for &c in callers {
             let (got, tid) = probe(&mut b, h, c)?;
-            let w = want(on, c);
+            let w = want(mode, c);
             d.insert(format!("{key}_{}_{}", if on { "on" } else { "off" }, c.show()), json!(got.show()));
             check!(got == w, "a {} caller's server ran at {}, expected {}", c.show(), got.show(), w.show());
             // No wait before the next probe: its call follows the reply at once, as a client's
@@ -230,27 +246,29 @@ fn run_probes(
 
 pub fn prio_sync(ctx: &Ctx, data: &mut Data) -> CaseResult {
     let callers = [fifo(50), nice(-5), nice(5), OTHER0];
-    run_probes(ctx, data, "sync", node_flags(libc::SCHED_OTHER, 0, true), &callers, |on, c| {
-        match (on, c.policy) {
-            (false, _) => OTHER0,
-            (true, libc::SCHED_FIFO) => c,
+    run_probes(ctx, data, "sync", node_flags(libc::SCHED_OTHER, 0, true), &callers, |mode, c| {
+        match (mode, c.policy) {
+            (Mode::Off, _) => OTHER0,
+            (Mode::On, libc::SCHED_FIFO) => c,
+            // A FIFO thread's nice value is 0: the C driver passes that on.
+            (Mode::MainlineC, libc::SCHED_FIFO) => OTHER0,
             // The node's minimum (nice 0) raises a weaker caller.
-            (true, _) => nice(c.nice.min(0)),
+            (_, _) => nice(c.nice.min(0)),
         }
     })
 }
 
 pub fn prio_node_caps(ctx: &Ctx, data: &mut Data) -> CaseResult {
-    run_probes(ctx, data, "capped", node_flags(libc::SCHED_OTHER, -10, false), &[fifo(50), OTHER0], |on, _| {
-        if on {
+    run_probes(ctx, data, "capped", node_flags(libc::SCHED_OTHER, -10, false), &[fifo(50), OTHER0], |mode, _| {
+        if mode == Mode::On {
             nice(-10)
         } else {
             OTHER0
         }
     })?;
     let mut rt_min = Data::new();
-    run_probes(ctx, &mut rt_min, "rt_min", node_flags(libc::SCHED_FIFO, 10, true), &[OTHER0], |on, _| {
-        if on {
+    run_probes(ctx, &mut rt_min, "rt_min", node_flags(libc::SCHED_FIFO, 10, true), &[OTHER0], |mode, _| {
+        if mode == Mode::On {
             fifo(10)
         } else {
             OTHER0
@@ -277,7 +295,8 @@ pub fn prio_oneway(ctx: &Ctx, data: &mut Data) -> CaseResult {
     })?;
     let mut b = Binder::open(&ctx.dev).ctx("open client")?;
     let h = server.connect(&mut b)?;
-    let r = in_modes(ctx, data, |on, d| {
+    let r = in_modes(ctx, data, |mode, d| {
+        let on = mode == Mode::On;
         let opts = CallOpts { flags: TF_ONE_WAY, ..Default::default() };
         as_caller(fifo(50), || b.call_with(h, PROBE, &Parcel::new(), &opts, None).ctx("oneway call"))?;
         let (got, tid) = rx.recv_timeout(ctx.t(5.0)).ctx("the oneway call did not reach the server")?;
@@ -313,7 +332,8 @@ pub fn prio_nested(ctx: &Ctx, data: &mut Data) -> CaseResult {
     let mut a = Binder::open(&ctx.dev).ctx("open A")?;
     let h = server.connect(&mut a)?;
     let me = binder::gettid();
-    let r = in_modes(ctx, data, |on, d| {
+    let r = in_modes(ctx, data, |mode, d| {
+        let on = mode == Mode::On;
         let mut in_a: Option<(Sched, i32)> = None;
         let mut nested = |_: &mut Binder, _: &Incoming| -> Reply {
             in_a = Some((Sched::of(binder::gettid()), binder::gettid()));
@@ -376,7 +396,8 @@ pub fn prio_dead_caller(ctx: &Ctx, data: &mut Data) -> CaseResult {
     })?;
     let mut b = Binder::open(&ctx.dev).ctx("open client")?;
     let h = server.connect(&mut b)?;
-    let r = in_modes(ctx, data, |on, d| {
+    let r = in_modes(ctx, data, |mode, d| {
+        let on = mode == Mode::On;
         caller.chan.send("call").ctx("tell the caller")?;
         let (during, tid) = held_rx.recv_timeout(ctx.t(10.0)).ctx("the caller's call did not reach the server")?;
         let want = if on { fifo(30) } else { OTHER0 };
