@@ -28,12 +28,12 @@ const CASES: &[&str] = &[
     "bad_offsets",
     "bad_oversized",
     "bad_unknown_command",
-    "fd_cycle_leak",
     "prio_sync",
     "prio_node_caps",
     "prio_oneway",
     "prio_nested",
     "prio_dead_caller",
+    "fd_cycle_leak",
     "leaks",
 ];
 

@@ -55,12 +55,12 @@ const CASES: &[Case] = &[
     Case { name: "bad_offsets", timeout_s: 15.0, run: bad::bad_offsets },
     Case { name: "bad_oversized", timeout_s: 15.0, run: bad::oversized },
     Case { name: "bad_unknown_command", timeout_s: 15.0, run: bad::unknown_command },
-    Case { name: "fd_cycle_leak", timeout_s: 60.0, run: fdcycle::fd_cycle_leak },
     Case { name: "prio_sync", timeout_s: 20.0, run: prio::prio_sync },
     Case { name: "prio_node_caps", timeout_s: 20.0, run: prio::prio_node_caps },
     Case { name: "prio_oneway", timeout_s: 20.0, run: prio::prio_oneway },
     Case { name: "prio_nested", timeout_s: 20.0, run: prio::prio_nested },
     Case { name: "prio_dead_caller", timeout_s: 30.0, run: prio::prio_dead_caller },
+    Case { name: "fd_cycle_leak", timeout_s: 60.0, run: fdcycle::fd_cycle_leak },
 ];
 
 /// Known driver issues: run only when named with `--case`.
