@@ -28,6 +28,11 @@ const CASES: &[&str] = &[
     "bad_offsets",
     "bad_oversized",
     "bad_unknown_command",
+    "prio_sync",
+    "prio_node_caps",
+    "prio_oneway",
+    "prio_nested",
+    "prio_dead_caller",
     "fd_cycle_leak",
     "leaks",
 ];
@@ -76,6 +81,11 @@ fn conformance(flavor: &str) {
     // The fd cycle cannot form: the Rust driver refuses a binder fd in a fd object.
     let cycle = o.data("fd_cycle_leak").unwrap();
     assert_eq!(cycle["own_binder_fd"]["result"], "failed_reply", "{cycle}");
+    // Priority inheritance (rust-driver 0011) was checked off and on: FIFO 50 reached the server.
+    let sync = o.data("prio_sync").unwrap();
+    assert_eq!(sync["switch_found"], "0", "{sync}");
+    assert_eq!(sync["sync_on_FIFO 50"], "FIFO 50", "{sync}");
+    assert_eq!(sync["sync_off_FIFO 50"], "OTHER nice 0", "{sync}");
 }
 
 fn fuzz(flavor: &str) {

@@ -36,6 +36,11 @@ pub const CONFORMANCE_CASES: &[CaseInfo] = &[
     case("bad_offsets", "misaligned, out-of-range, overlapping offsets, bad object types"),
     case("bad_oversized", "data larger than the mapping, overflowing sizes"),
     case("bad_unknown_command", "unknown BC codes, a command cut off by an unreadable page"),
+    case("prio_sync", "priority inheritance: a FIFO or nice caller's server runs at its priority, then back"),
+    case("prio_node_caps", "priority inheritance: a node without INHERIT_RT caps RT; a node minimum raises"),
+    case("prio_oneway", "priority inheritance: a FIFO caller's oneway call runs at the server's default"),
+    case("prio_nested", "priority inheritance: A->B->A runs each at what its caller carries, then restores"),
+    case("prio_dead_caller", "priority inheritance: no priority left on the server after its caller died"),
     case("fd_cycle_leak", "a binder fd sent to its own process: refused (Rust), a documented leak (C)"),
     case("leaks", "no binder process, thread, node, ref or buffer left after the cases"),
     CaseInfo {

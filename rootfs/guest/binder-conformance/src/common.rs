@@ -27,6 +27,8 @@ pub struct Ctx {
     pub seed: u64,
     /// seed002's deferral switch (`--defer-tc-switch`).
     pub defer_tc_switch: String,
+    /// The priority inheritance switch (`--prio-switch`).
+    pub prio_switch: String,
 }
 
 impl Ctx {
@@ -114,11 +116,29 @@ impl Server {
     where
         F: Fn(&mut Binder, &Incoming) -> Reply + Send + Sync + 'static,
     {
+        Self::start_node(ctx, opts, 0, |dev| Looper::spawn(dev, threads, events, h))
+    }
+
+    /// Like [`Server::start`], with `threads` blocking looper threads (waiting in the driver,
+    /// as libbinder's pool does) and the node created with `flat_binder_object` `flags`.
+    pub fn start_blocking<F>(ctx: &Ctx, threads: usize, flags: u32, h: F) -> Result<Server, CaseError>
+    where
+        F: Fn(&mut Binder, &Incoming) -> Reply + Send + Sync + 'static,
+    {
+        Self::start_node(ctx, &OpenOptions::default(), flags, |dev| Looper::spawn_blocking(dev, threads, h))
+    }
+
+    fn start_node(
+        ctx: &Ctx,
+        opts: &OpenOptions,
+        flags: u32,
+        spawn: impl FnOnce(std::sync::Arc<Device>) -> Looper,
+    ) -> Result<Server, CaseError> {
         let sm = ForkedServiceManager::start(&ctx.dev, MGR_WAIT).ctx("start the context manager process")?;
         let dev = Device::open_with(&ctx.dev, opts).ctx("open server device")?;
-        let looper = Looper::spawn(dev.clone(), threads, events, h);
+        let looper = spawn(dev.clone());
         let mut b = Binder::from_device(dev);
-        sm::add_service(&mut b, SERVICE, SERVICE_PTR, SERVICE_COOKIE).ctx("register the server node")?;
+        sm::add_service_flags(&mut b, SERVICE, SERVICE_PTR, SERVICE_COOKIE, flags).ctx("register the server node")?;
         Ok(Server { looper, sm })
     }
 

@@ -4,7 +4,7 @@
 //! case are checked for splats, which fail that case.
 //!
 //! `binder-conformance [--case NAME]... [--skip NAME]... [--list] [--stress-seconds S]
-//! [--seed N] [--device PATH] [--defer-tc-switch PATH]`
+//! [--seed N] [--device PATH] [--defer-tc-switch PATH] [--prio-switch PATH]`
 //!
 //! The last case, `leaks`, compares binderfs `binder_logs/stats` (and `state`) from
 //! before the first case with after the last: no process, thread, node, ref or buffer
@@ -15,6 +15,7 @@ mod basic;
 mod common;
 mod fdcycle;
 mod pool;
+mod prio;
 mod seed002;
 mod stress;
 mod zap_race;
@@ -55,6 +56,11 @@ const CASES: &[Case] = &[
     Case { name: "bad_offsets", timeout_s: 15.0, run: bad::bad_offsets },
     Case { name: "bad_oversized", timeout_s: 15.0, run: bad::oversized },
     Case { name: "bad_unknown_command", timeout_s: 15.0, run: bad::unknown_command },
+    Case { name: "prio_sync", timeout_s: 20.0, run: prio::prio_sync },
+    Case { name: "prio_node_caps", timeout_s: 20.0, run: prio::prio_node_caps },
+    Case { name: "prio_oneway", timeout_s: 20.0, run: prio::prio_oneway },
+    Case { name: "prio_nested", timeout_s: 20.0, run: prio::prio_nested },
+    Case { name: "prio_dead_caller", timeout_s: 30.0, run: prio::prio_dead_caller },
     Case { name: "fd_cycle_leak", timeout_s: 60.0, run: fdcycle::fd_cycle_leak },
 ];
 
@@ -82,7 +88,7 @@ struct Args {
 fn usage() -> ! {
     eprintln!(
         "usage: binder-conformance [--case NAME]... [--skip NAME]... [--list] [--stress-seconds S] [--seed N] \
-         [--device PATH] [--defer-tc-switch PATH]"
+         [--device PATH] [--defer-tc-switch PATH] [--prio-switch PATH]"
     );
     std::process::exit(2);
 }
@@ -101,6 +107,7 @@ fn parse_args() -> Args {
             stress_s: if debug { 20.0 } else { 15.0 },
             seed: 0x5eed_0001,
             defer_tc_switch: seed002::DEFER_TC_SWITCH.into(),
+            prio_switch: prio::PRIO_SWITCH.into(),
         },
     };
     let mut it = std::env::args().skip(1);
@@ -114,6 +121,7 @@ fn parse_args() -> Args {
             "--stress-seconds" => a.ctx.stress_s = val().parse().unwrap_or_else(|_| usage()),
             "--seed" => a.ctx.seed = parse_u64(&val()).unwrap_or_else(|| usage()),
             "--defer-tc-switch" => a.ctx.defer_tc_switch = val(),
+            "--prio-switch" => a.ctx.prio_switch = val(),
             _ => usage(),
         }
     }

@@ -79,17 +79,17 @@ fn write_only(dev: &Device, cmds: &[Command]) -> CaseResult {
 }
 
 /// Restores the switch (path, value) when dropped (also when a check failed).
-struct Restore<'a>(&'a str, String);
+pub struct Restore<'a>(pub &'a str, pub String);
 
 impl Drop for Restore<'_> {
     fn drop(&mut self) {
         if let Err(e) = std::fs::write(self.0, &self.1) {
-            eprintln!("tc_deferral: could not restore {} to {:?}: {e}", self.0, self.1);
+            eprintln!("could not restore {} to {:?}: {e}", self.0, self.1);
         }
     }
 }
 
-fn set_switch(path: &str, v: &str) -> CaseResult {
+pub fn set_switch(path: &str, v: &str) -> CaseResult {
     std::fs::write(path, v).ctx(&format!("writing {v} to {path}"))?;
     let back = std::fs::read_to_string(path).ctx(&format!("reading {path}"))?;
     check!(back.trim() == v, "{path} reads {:?} after writing {v}", back.trim());

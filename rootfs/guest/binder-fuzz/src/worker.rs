@@ -283,6 +283,16 @@ impl Thread {
         f
     }
 
+    /// Android's node priority bits (a minimum policy and priority, INHERIT_RT), which the Rust
+    /// driver reads with `priority_inheritance` on. RT minimums stay low (1-5) so that workers
+    /// raised to them cannot starve the rest of the guest.
+    fn priority_flags(&mut self) -> u32 {
+        let policy = self.rng.below(4) as u32;
+        let prio = if policy == 1 || policy == 2 { 1 + self.rng.below(5) as u32 } else { self.rng.below(256) as u32 };
+        let rt = if self.rng.chance(1, 2) { FLAT_BINDER_FLAG_INHERIT_RT } else { 0 };
+        (policy << FLAT_BINDER_FLAG_SCHED_POLICY_SHIFT) | prio | rt
+    }
+
     /// A random object at the current end of `data` (8-aligned).
     fn object(&mut self, data: &mut Vec<u8>, sg_parents: &mut Vec<(u64, u64)>, nobj: u64) -> u64 {
         while !data.len().is_multiple_of(8) {
@@ -293,7 +303,13 @@ impl Thread {
         let obj = match self.rng.weighted(w) {
             0 | 1 => {
                 let (ptr, cookie) = self.node_ptr();
-                let flags = if self.rng.chance(1, 3) { FLAT_BINDER_FLAG_ACCEPTS_FDS } else { self.rng.below(4) as u32 };
+                let flags = if self.rng.chance(1, 3) {
+                    FLAT_BINDER_FLAG_ACCEPTS_FDS
+                } else if self.rng.chance(1, 2) {
+                    self.priority_flags()
+                } else {
+                    self.rng.below(4) as u32
+                };
                 Object::Binder { weak: self.rng.chance(1, 4), flags, ptr, cookie }
             }
             2 | 3 => {

@@ -7,11 +7,15 @@
 //! server replies with a priority mismatch flag, a CPU mismatch flag, its CPU and its policy.
 //! Each call is classified same-core / same-cluster / cross-cluster by the sysfs cluster_id.
 //!
-//! The Rust binder driver has no real-time priority inheritance, so the FIFO caller's server
-//! thread runs as SCHED_OTHER; the policies seen are reported.
+//! Mainline's Rust binder driver has no real-time priority inheritance, so the FIFO caller's
+//! server thread runs as SCHED_OTHER; the policies seen are reported. With rust-driver 0011's
+//! `priority_inheritance` on (`--append rust_binder.priority_inheritance=1`) and `--inherit-rt`
+//! (the servers' nodes carry Android's FLAT_BINDER_FLAG_INHERIT_RT, which schd-dbg's do not
+//! set), the FIFO caller's server runs SCHED_FIFO at the caller's priority.
 //!
 //! Options: `-i N` (100, as schd-dbg), `--pair N` (1), `-s BYTES` (16, at least 8),
-//! `--threads N` (a fixed pool of N loopers instead of libbinder's), `--ctabs-mode N`.
+//! `--threads N` (a fixed pool of N loopers instead of libbinder's), `--ctabs-mode N`,
+//! `--inherit-rt`.
 //! README.md lists what still differs from the original.
 
 use benchkit::proc::{fork, Chan, Child};
@@ -139,13 +143,17 @@ fn table(classes: &[(&str, &ClassStats)]) -> String {
     s
 }
 
-/// The calling thread's policy and priority.
+/// The calling thread's policy and priority, from the kernel: glibc's pthread_getschedparam()
+/// caches the first values it reads for a thread, so it never sees a priority the driver set.
 fn thread_sched() -> (i32, i32) {
     let mut param = libc::sched_param { sched_priority: 0 };
-    let mut policy = 0;
-    // SAFETY: both out-pointers are valid for the call; pthread_self is always valid.
-    unsafe { libc::pthread_getschedparam(libc::pthread_self(), &mut policy, &mut param) };
-    (policy, param.sched_priority)
+    // SAFETY: plain syscalls on the calling thread (0); `param` is a valid out-pointer.
+    let policy = unsafe {
+        libc::sched_getparam(0, &mut param);
+        libc::sched_getscheduler(0)
+    };
+    // Inherited policies are set with SCHED_RESET_ON_FORK, which the policy reports.
+    (policy & !libc::SCHED_RESET_ON_FORK, param.sched_priority)
 }
 
 /// BINDER_NOP: request [caller priority, caller CPU]; reply [priority differs, CPU differs,
@@ -209,6 +217,8 @@ struct Opts {
     pairs: usize,
     payload: usize,
     pool: PoolSize,
+    /// The servers' nodes carry FLAT_BINDER_FLAG_INHERIT_RT.
+    inherit_rt: bool,
 }
 
 fn service_name(i: usize) -> String {
@@ -220,7 +230,8 @@ fn worker(num: usize, o: Opts, cl: &[i64], p: &mut Chan) -> Result<(), String> {
     let dev = Device::open(DEVICE).map_err(|e| format!("open: {e}"))?;
     let pool = ThreadPool::start(dev.clone(), o.pool, |_, inc| serve_nop(inc)).map_err(|e| format!("pool: {e}"))?;
     let mut b = Binder::from_device(dev.clone());
-    sm::add_service(&mut b, &service_name(num), 0x1000 + num as u64, num as u64)
+    let flags = if o.inherit_rt { binder::uapi::FLAT_BINDER_FLAG_INHERIT_RT } else { 0 };
+    sm::add_service_flags(&mut b, &service_name(num), 0x1000 + num as u64, num as u64, flags)
         .map_err(|e| format!("add_service: {e}"))?;
     let io = |e: std::io::Error| format!("pipe: {e}");
     p.signal().map_err(io)?;
@@ -320,6 +331,7 @@ fn run(a: &Args) -> Result<bool, String> {
         pairs: a.get("pair", 1)?,
         payload: a.get("s", 16)?,
         pool: benchkit::pool::size(a)?,
+        inherit_rt: a.flag("inherit-rt"),
     };
     if o.pairs == 0 || o.payload < 8 {
         return Err("need --pair >= 1 and -s >= 8 (the request carries priority and CPU)".into());
@@ -338,7 +350,7 @@ fn run(a: &Args) -> Result<bool, String> {
     );
     print!("{}", table(&[("fifo", &g.fifo), ("other", &g.other)]));
     println!(
-        "note: the Rust binder driver has no real-time priority inheritance; server policies seen by the FIFO caller: {}; by the OTHER caller: {}",
+        "note: server policies seen by the FIFO caller: {}; by the OTHER caller: {} (mainline has no priority inheritance)",
         g.fifo.policies(),
         g.other.policies()
     );
@@ -355,7 +367,7 @@ fn run(a: &Args) -> Result<bool, String> {
         "fifo_permitted": g.fifo.fifo_denied == 0,
         "iterations": o.iterations, "pairs": o.pairs, "payload": o.payload,
         "pool": benchkit::pool::json(o.pool, &g.started, &g.spawns),
-        "ctabs_mode": mode, "clusters": *cl, "errors": errors,
+        "ctabs_mode": mode, "clusters": *cl, "errors": errors, "inherit_rt": o.inherit_rt,
     });
     for (k, v) in data.as_object().expect("object") {
         d[k] = v.clone();
@@ -366,7 +378,7 @@ fn run(a: &Args) -> Result<bool, String> {
 }
 
 fn main() {
-    benchkit::main("tiers", &[], &["i", "s", "pair", "threads", "ctabs-mode"], run)
+    benchkit::main("tiers", &["inherit-rt"], &["i", "s", "pair", "threads", "ctabs-mode"], run)
 }
 
 #[cfg(test)]

@@ -151,8 +151,14 @@ fn handle(b: &mut Binder, inc: &Incoming, services: &Mutex<BTreeMap<String, u32>
 
 /// Registers the local node (`ptr`, `cookie`) under `name` with the context manager.
 pub fn add_service(b: &mut Binder, name: &str, ptr: u64, cookie: u64) -> Result<()> {
+    add_service_flags(b, name, ptr, cookie, 0)
+}
+
+/// [`add_service`] for a node created with `flat_binder_object` `flags` (e.g. Android's
+/// priority bits), which the driver reads when the node is first sent.
+pub fn add_service_flags(b: &mut Binder, name: &str, ptr: u64, cookie: u64, flags: u32) -> Result<()> {
     let mut p = Parcel::new();
-    p.write_str(name).write_object(Object::binder(ptr, cookie));
+    p.write_str(name).write_object(Object::Binder { weak: false, flags, ptr, cookie });
     match b.call(0, SM_ADD, &p) {
         Err(Error::Status(0)) | Ok(_) => Ok(()),
         Err(e) => Err(e),

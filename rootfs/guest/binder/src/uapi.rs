@@ -66,6 +66,11 @@ pub const BINDER_TYPE_PTR: u32 = b_pack_chars(b'p', b't', b'*', B_TYPE_LARGE);
 pub const FLAT_BINDER_FLAG_PRIORITY_MASK: u32 = 0xff;
 pub const FLAT_BINDER_FLAG_ACCEPTS_FDS: u32 = 0x100;
 pub const FLAT_BINDER_FLAG_TXN_SECURITY_CTX: u32 = 0x1000;
+/// Android's (the Android Common Kernel's uapi, not mainline's): a node's minimum scheduling
+/// policy (bits 9-10; the low byte is its priority) and whether it inherits real-time callers.
+pub const FLAT_BINDER_FLAG_SCHED_POLICY_SHIFT: u32 = 9;
+pub const FLAT_BINDER_FLAG_SCHED_POLICY_MASK: u32 = 3 << FLAT_BINDER_FLAG_SCHED_POLICY_SHIFT;
+pub const FLAT_BINDER_FLAG_INHERIT_RT: u32 = 0x800;
 
 pub const BINDER_BUFFER_FLAG_HAS_PARENT: u32 = 0x01;
 
