@@ -102,8 +102,9 @@ pub fn thread_pool(ctx: &Ctx, data: &mut Data) -> CaseResult {
     c.transact(h, QUICK, &[], false).ctx("first call")?;
     std::thread::sleep(ctx.t(0.2));
     let back = |what: &str| {
-        wait_for(ctx.t(5.0), || pool_asleep().then_some(()))
-            .ok_or_else(|| crate::common::CaseError::Fail(format!("{what}: the pool's threads never all went back to waiting")))
+        wait_for(ctx.t(5.0), || pool_asleep().then_some(())).ok_or_else(|| {
+            crate::common::CaseError::Fail(format!("{what}: the pool's threads never all went back to waiting"))
+        })
     };
     back("after the first call")?;
     let settled = (pool.threads(), pool.spawn_requests());
