@@ -24,6 +24,9 @@ struct Manifest<'a> {
     kernel_flavor: &'a str,
     kernel_release: String,
     kernel_key: &'a str,
+    /// The kernel's artifact directory (Image, System.map, vmlinux), for tools that need the
+    /// exact kernel that ran (`lab profile`, gdb).
+    kernel_dir: &'a Path,
     kernel_config_sha256: String,
     board: &'a str,
     board_file_sha256: String,
@@ -65,6 +68,7 @@ pub fn write_manifest(
         kernel_flavor: &p.kernel.flavor,
         kernel_release: p.kernel.kernel_release(),
         kernel_key: &p.kernel.key,
+        kernel_dir: &p.kernel.dir,
         kernel_config_sha256: sha256_file(&p.kernel.config()).unwrap_or_default(),
         board: p.board.name(),
         board_file_sha256: p.board_sha256.clone(),

@@ -8,7 +8,6 @@
 
 use crate::harness::opts::RunOpts;
 use crate::harness::outcome::Outcome;
-use crate::kbuild::kernel::{self, Built};
 use anyhow::{bail, Context, Result};
 use labproto::Event;
 use serde::{Deserialize, Serialize};
@@ -207,19 +206,14 @@ pub fn calls(events: &[Event]) -> Option<u64> {
 /// directory with the kernel's System.map (`lab profile --from DIR` reads it again).
 pub fn profiled_run(opts: &RunOpts) -> Result<(Outcome, Profile)> {
     let so = crate::kbuild::qemu::build_plugin(PLUGIN)?;
-    // The kernel the run will boot (harness::prepare resolves it the same way), for its map.
-    let kernel = match std::env::var_os("LAB_KERNEL") {
-        Some(dir) => Built::external(&opts.flavor, Path::new(&dir))?,
-        None => kernel::build_with(&opts.flavor, &opts.kconfig)?,
-    };
     let mut opts = opts.clone();
     opts.plugins.push(format!("{},out={{run}}/{RAW}", so.display()));
     let o = crate::report::run(&opts)?;
+    // The map of the kernel that ran, as the manifest names it.
     let m: serde_json::Value = serde_json::from_slice(&std::fs::read(o.dir.join("manifest.json"))?)?;
-    if m["kernel_key"].as_str() != Some(kernel.key.as_str()) {
-        bail!("{} booted kernel {}, not {} whose map was to be used", o.dir.display(), m["kernel_key"], kernel.key);
-    }
-    let map = kernel.dir.join(MAP);
+    let kernel_dir =
+        m["kernel_dir"].as_str().with_context(|| format!("{}: the manifest names no kernel_dir", o.dir.display()))?;
+    let map = Path::new(kernel_dir).join(MAP);
     std::fs::copy(&map, o.dir.join(MAP)).with_context(|| format!("copying {}", map.display()))?;
     let p = load(&o.dir)?;
     Ok((o, p))
