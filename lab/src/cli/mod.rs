@@ -164,6 +164,8 @@ pub enum Cmd {
         #[arg(long, value_delimiter = ',')]
         only: Vec<String>,
         #[command(flatten)]
+        model: reproduce::ModelArgs,
+        #[command(flatten)]
         run: RunArgs,
     },
     /// Everything for nightly CI into one artifact directory: kernels perf/debug/cbinder,
@@ -295,7 +297,9 @@ pub fn execute(cmd: Cmd) -> Result<Exit> {
         Cmd::Fuzz(args) => run::suite(&args, "fuzz", &run::CaseArgs::default()),
         Cmd::Bench { profile, reps, matrix: true, out, run, .. } => bench::matrix(profile, reps, out, &run),
         Cmd::Bench { profile, reps, threads, run, .. } => bench::run(profile, reps, threads, &run),
-        Cmd::Reproduce { profile, out, run, from: None, only } => reproduce::run(profile, out, &only, &run),
+        Cmd::Reproduce { profile, out, run, from: None, only, model } => {
+            reproduce::run(profile, out, &only, &model, &run)
+        }
         Cmd::Nightly { profile, out, baseline, threshold, fuzz_ops, run } => {
             nightly::command(profile, out, baseline, threshold, fuzz_ops, &run)
         }

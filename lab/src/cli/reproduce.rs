@@ -13,8 +13,30 @@ pub fn rerender(dir: &Path) -> Result<()> {
     Ok(())
 }
 
-pub fn run(profile: Profile, out: Option<PathBuf>, only: &[String], args: &RunArgs) -> Result<Exit> {
+/// `--model`: seed 000 on the timing model.
+#[derive(Debug, clap::Args)]
+pub struct ModelArgs {
+    /// Seed 000 on the timing model: exactly `--qemu lab --tcg hicount --cache`, one boot per
+    /// CTABS mode and workload, so the cache counters fill the "Cache refs/misses" rows.
+    #[arg(long)]
+    pub model: bool,
+    /// With --model: the CTABS modes to run (0-3, comma-separated) [default: 0,1,2,3].
+    #[arg(long, value_delimiter = ',', requires = "model")]
+    pub modes: Vec<u32>,
+    /// With --model: repetitions per mode [default: the profile's].
+    #[arg(long, requires = "model")]
+    pub reps: Option<usize>,
+    /// With --model: iterations (`-i`) per throughput worker and per tiers run [default:
+    /// the profile's].
+    #[arg(long, requires = "model")]
+    pub iterations: Option<usize>,
+}
+
+pub fn run(profile: Profile, out: Option<PathBuf>, only: &[String], model: &ModelArgs, args: &RunArgs) -> Result<Exit> {
     let out = out.unwrap_or_else(|| paths::repo().join("target/lab/reproduce").join(stamp::utc_stamp()));
+    if model.model {
+        return run_model(profile, &out, only, model, args);
+    }
     let r = reproduce::run_only(profile, &args.measure_opts("bench")?, &out, only)?;
     println!("{}", r.text);
     for o in r.outcomes() {
@@ -24,4 +46,27 @@ pub fn run(profile: Profile, out: Option<PathBuf>, only: &[String], args: &RunAr
     }
     println!("report: {}", out.join("reproduce.md").display());
     Ok(r.outcomes().map(|o| o.exit()).max().unwrap_or(Exit::Ok))
+}
+
+fn run_model(profile: Profile, out: &Path, only: &[String], model: &ModelArgs, args: &RunArgs) -> Result<Exit> {
+    if only.iter().any(|s| s != "000") {
+        anyhow::bail!("--model runs seed 000 only; drop --only {} (or run it without --model)", only.join(","));
+    }
+    let modes =
+        if model.modes.is_empty() { crate::measure::model::DEFAULT_MODES.to_vec() } else { model.modes.clone() };
+    let reps = model.reps.unwrap_or(reproduce::Sizes::of(profile).bench_reps);
+    let (runs, text) = crate::measure::model::reproduce(
+        crate::measure::model::Size { profile, reps, iterations: model.iterations },
+        &modes,
+        &args.measure_opts("bench")?,
+        out,
+    )?;
+    println!("{text}");
+    for o in runs.outcomes() {
+        for p in o.problems() {
+            println!("FAILED {}: {p}", o.dir.display());
+        }
+    }
+    println!("report: {}", out.join("model.md").display());
+    Ok(runs.outcomes().map(|o| o.exit()).max().unwrap_or(Exit::Ok))
 }

@@ -54,7 +54,19 @@ const POOLED: [&str; 2] = ["throughput", "tiers"];
 /// The plan: every workload under every mode, interleaved, `reps` times. `threads` gives
 /// the pooled servers a fixed pool of that many loopers instead of libbinder's.
 pub fn plan(profile: Profile, reps: usize, threads: Option<usize>) -> Plan {
-    let jobs: Vec<Job> = WORKLOADS
+    let modes: Vec<(u32, Vec<String>)> = MODES.iter().map(|m| (*m, mode_args(*m))).collect();
+    let name = format!("bench-{}", if profile == Profile::Quick { "quick" } else { "full" });
+    interleaved(&name, reps, &jobs(profile, threads), &modes)
+}
+
+/// The arguments that select CTABS mode `m` in a seed-000 program.
+pub fn mode_args(m: u32) -> Vec<String> {
+    vec!["--ctabs-mode".to_string(), m.to_string()]
+}
+
+/// Every workload of the profile as a job (`threads`: see [`plan`]).
+pub fn jobs(profile: Profile, threads: Option<usize>) -> Vec<Job> {
+    WORKLOADS
         .iter()
         .map(|w| {
             let args = match profile {
@@ -67,11 +79,7 @@ pub fn plan(profile: Profile, reps: usize, threads: Option<usize>) -> Plan {
             }
             Job { bench: w.bench, argv }
         })
-        .collect();
-    let modes: Vec<(u32, Vec<String>)> =
-        MODES.iter().map(|m| (*m, vec!["--ctabs-mode".to_string(), m.to_string()])).collect();
-    let name = format!("bench-{}", if profile == Profile::Quick { "quick" } else { "full" });
-    interleaved(&name, reps, &jobs, &modes)
+        .collect()
 }
 
 /// One benchmark program of an interleaved plan.

@@ -4,6 +4,7 @@
 pub mod bench;
 pub mod gate;
 pub mod matrix;
+pub mod model;
 pub mod placement;
 pub mod plots;
 pub mod profile;
