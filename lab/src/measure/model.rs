@@ -146,11 +146,19 @@ pub fn run(size: Size, modes: &[u32], base: &RunOpts) -> Result<ModelRuns> {
     let note = crate::support::progress::note;
     note("model: the boot alone (its cache counters are subtracted from every run)".to_string());
     let boot = run_plan(&boot_plan(), &opts)?;
+    if !boot.ok() {
+        bail!("the boot alone failed ({}): {}", boot.dir.display(), boot.problems().join("; "));
+    }
     let mut runs = vec![];
     for &m in modes {
         for job in &jobs(size) {
             note(format!("model: {} in CTABS mode {m}, {reps} repetitions", job.bench));
-            runs.push((job.bench.to_string(), m, run_plan(&plan(job, m, reps), &opts)?));
+            let o = run_plan(&plan(job, m, reps), &opts)?;
+            // Every boot costs minutes: stop at the first that failed.
+            if !o.ok() {
+                bail!("{} in mode {m} failed ({}): {}", job.bench, o.dir.display(), o.problems().join("; "));
+            }
+            runs.push((job.bench.to_string(), m, o));
         }
     }
     Ok(ModelRuns { boot, runs })
