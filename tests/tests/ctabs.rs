@@ -51,7 +51,8 @@ fn scoring_keeps_picks_local() {
     // caller's CPU than mode 0 (the plan's `placement` step fails otherwise).
     let p = o.data("placement").expect("the placement step's result");
     let same = |k: &str| p[k].as_f64().unwrap_or(f64::NAN);
-    assert!(same("same_cpu_share_mode3") >= same("same_cpu_share_mode0") + 0.4, "mode 3 placement: {p}");
+    assert!(same("same_cpu_share_mode3") >= 0.35, "mode 3 placement: {p}");
+    assert!(same("same_cpu_share_mode3") >= same("same_cpu_share_mode0") + 0.15, "mode 3 placement: {p}");
 }
 
 #[test]

@@ -32,10 +32,12 @@ const COUNTING_FILE: &str = "/sys/kernel/debug/rust_binder/ctabs_counting";
 const CODE_PING: u32 = 1;
 /// Share of same-CPU or same-cluster picks that scoring must reach.
 const LOCAL_SHARE_MIN: f64 = 0.95;
-/// How far mode 3 must raise the share of calls served on the caller's CPU above mode 0's,
-/// with unpinned servers. On sa8155p it went from 0% to 100% (binder-tiers, normal class); a
-/// nudge that does not move the server (a plain `notify_one()`) leaves it at mode 0's.
-const PLACEMENT_RISE_MIN: f64 = 0.4;
+/// Mode 3 with unpinned servers: the least share of calls served on the caller's CPU, and how
+/// far above mode 0's it must be. Measured on sa8155p (TCG single): mode 3 90.8% on perf and
+/// 51.8% on debug (servers get back to waiting later there, and idle CPUs pull them away);
+/// mode 0 2.6% to 30.9% between boots; a mode 3 that wakes with a plain `notify_one()` 2.1%.
+const PLACEMENT_MODE3_MIN: f64 = 0.35;
+const PLACEMENT_RISE_MIN: f64 = 0.15;
 
 type Result<T> = std::result::Result<T, String>;
 
@@ -405,12 +407,13 @@ fn affinity(a: &Args) -> Result<bool> {
 /// Why mode 3's placement fails, if it does: `same0` and `same3` are the shares of calls
 /// served on the caller's CPU in mode 0 and mode 3.
 fn placement_problem(same0: f64, same3: f64) -> Option<String> {
-    (same3 < same0 + PLACEMENT_RISE_MIN).then(|| {
+    (same3 < PLACEMENT_MODE3_MIN || same3 < same0 + PLACEMENT_RISE_MIN).then(|| {
         format!(
             "mode 3 served {:.1}% of calls on the caller's CPU, mode 0 {:.1}%: the wake-up on the \
-             caller's CPU must raise that by at least {:.0} points",
+             caller's CPU must reach {:.0}% and {:.0} points above mode 0",
             same3 * 100.0,
             same0 * 100.0,
+            PLACEMENT_MODE3_MIN * 100.0,
             PLACEMENT_RISE_MIN * 100.0
         )
     })
@@ -448,7 +451,7 @@ fn placement(a: &Args) -> Result<bool> {
         json!({ "server_threads": threads, "client_cpus": a.list("client-cpus", "1,5,7"),
                 "mode0": seen[&0].json(), "mode3": seen[&3].json(),
                 "same_cpu_share_mode0": same(0), "same_cpu_share_mode3": same(3),
-                "rise_min": PLACEMENT_RISE_MIN }),
+                "mode3_min": PLACEMENT_MODE3_MIN, "rise_min": PLACEMENT_RISE_MIN }),
     );
     Ok(problem.is_none())
 }
@@ -587,10 +590,12 @@ mod tests {
 
     #[test]
     fn placement_needs_a_clear_rise() {
-        assert_eq!(placement_problem(0.0, 1.0), None);
-        assert_eq!(placement_problem(0.1, 0.5), None);
-        let p = placement_problem(0.0, 0.0).expect("no rise fails");
-        assert!(p.contains("mode 3 served 0.0%") && p.contains("40 points"), "{p}");
-        assert!(placement_problem(0.3, 0.6).is_some());
+        assert_eq!(placement_problem(0.026, 0.908), None);
+        assert_eq!(placement_problem(0.102, 0.518), None);
+        assert_eq!(placement_problem(0.309, 0.518), None);
+        let p = placement_problem(0.309, 0.021).expect("the broken nudge fails");
+        assert!(p.contains("mode 3 served 2.1%") && p.contains("35%"), "{p}");
+        assert!(placement_problem(0.0, 0.30).is_some(), "below the floor");
+        assert!(placement_problem(0.5, 0.6).is_some(), "not far enough above mode 0");
     }
 }
