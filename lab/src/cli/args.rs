@@ -104,6 +104,12 @@ impl KconfigArgs {
     pub fn extras(&self) -> crate::kbuild::kernel::Extras {
         crate::kbuild::kernel::Extras { files: self.files.clone(), adds: self.adds.clone() }
     }
+
+    /// The same options as command-line arguments (for a second lab process).
+    pub fn to_args(&self) -> Vec<String> {
+        let files = self.files.iter().flat_map(|f| ["--kconfig".to_string(), f.display().to_string()]);
+        files.chain(self.adds.iter().flat_map(|a| ["--kconfig-add".to_string(), a.clone()])).collect()
+    }
 }
 
 /// Runs of `--until-fail` without `--repeat`.
@@ -223,5 +229,19 @@ impl RunArgs {
             a.splice(..3, ["./lab.sh".to_string(), sub.to_string()]);
         }
         crate::harness::qemu::shell_line(&a)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kconfig_args_round_trip_as_arguments() {
+        let k = KconfigArgs { files: vec!["x.config".into()], adds: vec!["CONFIG_A=y".into(), "CONFIG_B=n".into()] };
+        assert_eq!(
+            k.to_args(),
+            ["--kconfig", "x.config", "--kconfig-add", "CONFIG_A=y", "--kconfig-add", "CONFIG_B=n"]
+        );
     }
 }

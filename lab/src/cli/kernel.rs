@@ -1,15 +1,46 @@
 //! `lab kernel`, `kernel-lock` and the driver tree commands (`driver-tree`, `driver-export`,
 //! `driver-reset`).
 
-use crate::kbuild::{flavor, kernel, pin, tree};
+use crate::kbuild::{flavor, kernel, pin, repro, tree};
 use crate::support::paths;
-use anyhow::Result;
+use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
 
 pub fn build(flavor: &str, extras: &kernel::Extras) -> Result<()> {
     let b = kernel::build_with(flavor, extras)?;
     println!("{}", b.image().display());
     Ok(())
+}
+
+/// Builds the flavor, then again in a scratch cache (by default under target/lab/repro/), and
+/// compares the Images. The default scratch goes when they match; a named one, or one whose
+/// Image differs, stays (for a look, or for an incremental rerun).
+pub fn check_reproducible(
+    flavor: &str,
+    kconfig: &crate::cli::args::KconfigArgs,
+    scratch: Option<PathBuf>,
+) -> Result<()> {
+    let a = kernel::build_with(flavor, &kconfig.extras())?;
+    let keep = scratch.is_some();
+    let scratch = scratch.unwrap_or_else(|| paths::repo().join("target/lab/repro").join(flavor));
+    if scratch.starts_with(paths::cache()) || paths::cache().starts_with(&scratch) {
+        anyhow::bail!(
+            "--scratch {}: it overlaps the lab cache {}; name a directory outside it",
+            scratch.display(),
+            paths::cache().display()
+        );
+    }
+    repro::scratch_cache(&paths::cache(), &scratch)?;
+    crate::support::progress::note(format!(
+        "building {flavor} again in {} (a full build: the tree, O= and rust-src are its own)",
+        scratch.display()
+    ));
+    let b = repro::build_in(&scratch, flavor, &kconfig.to_args())?;
+    println!("{}", repro::verdict(&a.image(), &b)?);
+    if keep {
+        return Ok(());
+    }
+    std::fs::remove_dir_all(&scratch).with_context(|| format!("removing {}", scratch.display()))
 }
 
 pub fn lock() -> Result<()> {

@@ -45,6 +45,13 @@ pub enum Cmd {
         flavor: String,
         #[command(flatten)]
         kconfig: args::KconfigArgs,
+        /// Then build it again from a second unpack of the source in a scratch cache (other
+        /// paths everywhere) and check that the Image bytes are the same.
+        #[arg(long)]
+        check_reproducible: bool,
+        /// The scratch cache for --check-reproducible [default: target/lab/repro/<flavor>].
+        #[arg(long, requires = "check_reproducible")]
+        scratch: Option<std::path::PathBuf>,
     },
     /// Re-pin kernel-config/kernel.lock to the newest linux-source-7.2 served.
     KernelLock,
@@ -256,7 +263,12 @@ pub fn execute(cmd: Cmd) -> Result<Exit> {
     let done = |r: Result<()>| r.map(|()| Exit::Ok);
     match cmd {
         Cmd::Setup { lava } => done(setup::run(lava)),
-        Cmd::Kernel { flavor, kconfig } => done(kernel::build(&flavor, &kconfig.extras())),
+        Cmd::Kernel { flavor, kconfig, check_reproducible: false, .. } => {
+            done(kernel::build(&flavor, &kconfig.extras()))
+        }
+        Cmd::Kernel { flavor, kconfig, check_reproducible: true, scratch } => {
+            done(kernel::check_reproducible(&flavor, &kconfig, scratch))
+        }
         Cmd::KernelLock => done(kernel::lock()),
         Cmd::DriverTree => done(kernel::driver_tree()),
         Cmd::DriverExport => done(kernel::driver_export()),

@@ -22,7 +22,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// Bump when the build recipe changes in a way the inputs don't show.
-const RECIPE: &str = "lab-kernel-v2";
+const RECIPE: &str = "lab-kernel-v3";
 /// Files published per build.
 const ARTIFACTS: [&str; 4] = ["Image", "vmlinux", ".config", "System.map"];
 /// Published builds kept per flavor.
@@ -425,7 +425,7 @@ mod tests {
     use super::*;
     use crate::kbuild::pin::KernelPin;
 
-    const PINNED_KEY: &str = "bb6914c70394e1a7";
+    const PINNED_KEY: &str = "d5bc654fc59d46c1";
 
     fn lock() -> Lock {
         Lock {

@@ -9,5 +9,6 @@ pub mod kconfig;
 pub mod kernel;
 pub mod pin;
 pub mod qemu;
+pub mod repro;
 pub mod setup;
 pub mod tree;

@@ -78,8 +78,16 @@ impl Toolchain {
         c.env("KBUILD_BUILD_TIMESTAMP", "Thu Jan  1 00:00:00 UTC 2026")
             .env("KBUILD_BUILD_USER", "binderlab")
             .env("KBUILD_BUILD_HOST", "binderlab")
-            .env("KBUILD_BUILD_VERSION", "1");
+            .env("KBUILD_BUILD_VERSION", "1")
+            .env("KRUSTFLAGS", self.rust_remap());
         c
+    }
+
+    /// Kbuild maps the source tree's prefix out of Rust's panic locations, but `core` is
+    /// compiled from RUST_LIB_SRC, a path in this machine's cache, and its locations reach the
+    /// Image. Mapped the same way, a second cache (or machine) gives the same bytes.
+    fn rust_remap(&self) -> String {
+        format!("--remap-path-prefix={}/=", self.rust_lib_src.display())
     }
 
     /// Versions that go into the kernel cache key.
@@ -253,4 +261,23 @@ pub fn ensure_tools(cache: &Path) -> Result<Toolchain> {
     crate::provision::downloads::busybox(cache)?;
     crate::provision::kcidb_io::ensure(cache)?;
     Toolchain::probe(cache).context("toolchain incomplete after setup")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn make_maps_the_rust_library_path_out_of_the_kernel() {
+        let tc = Toolchain {
+            cache: "/c".into(),
+            bindgen_bin_dir: "/c/tools/bin".into(),
+            rust_lib_src: "/c/rust-src/1.95/library".into(),
+            rustc_version: "1.95.0".into(),
+        };
+        let c = tc.make(Path::new("/src"), Path::new("/obj"));
+        let env: Vec<_> = c.get_envs().filter_map(|(k, v)| Some((k.to_str()?, v?.to_str()?))).collect();
+        assert!(env.contains(&("KRUSTFLAGS", "--remap-path-prefix=/c/rust-src/1.95/library/=")), "{env:?}");
+        assert!(env.contains(&("KBUILD_BUILD_TIMESTAMP", "Thu Jan  1 00:00:00 UTC 2026")), "{env:?}");
+    }
 }
