@@ -84,6 +84,12 @@ fn quick_nightly_writes_artifacts_and_fails_on_a_regression() {
     let md = std::fs::read_to_string(dir.join("reproduce/reproduce.md")).unwrap();
     assert_eq!(md.lines().filter(|l| l.starts_with("BM_sendVec_binderize/")).count(), 9);
     assert!(md.contains("not measurable here"));
+    // Seed 000's FIFO rows once per priority-inheritance state, each with the server's policy:
+    // SCHED_FIFO only with the switch on and INHERIT_RT on the node.
+    assert!(md.contains("lab pi=0") && md.contains("lab pi=1 ") && md.contains("lab pi=1 RT"), "{md}");
+    let fifo_served = |b: &str| m[&format!("seed000.{b}.fifo_caller.server_fifo_pct.m0")]["value"].as_f64();
+    assert_eq!([fifo_served("tiers"), fifo_served("tiers-pi")], [Some(0.0); 2]);
+    assert_eq!(fifo_served("tiers-pirt"), Some(100.0));
 
     // The same results against themselves: nothing regresses.
     let cur = gate::load_baseline(&dir.join("nightly.json")).unwrap();

@@ -32,7 +32,7 @@ pub fn check_reproducible(
     }
     repro::scratch_cache(&paths::cache(), &scratch)?;
     crate::support::progress::note(format!(
-        "building {flavor} again in {} (a full build: the tree, O= and rust-src are its own)",
+        "building {flavor} again in {} (its own tree, O= and rust-src: a full build the first time)",
         scratch.display()
     ));
     let b = repro::build_in(&scratch, flavor, &kconfig.to_args())?;

@@ -51,10 +51,9 @@ const WORKLOADS: &[Workload] = &[
 /// The programs whose servers run a binder thread pool (`--threads N` applies to them).
 const POOLED: [&str; 2] = ["throughput", "tiers"];
 
-/// The plan: every workload under every mode, interleaved, `reps` times. `threads` gives
-/// the pooled servers a fixed pool of that many loopers instead of libbinder's.
-pub fn plan(profile: Profile, reps: usize, threads: Option<usize>) -> Plan {
-    let jobs: Vec<Job> = WORKLOADS
+/// Every workload's job at `profile`; `threads` gives the pooled servers a fixed pool.
+fn jobs(profile: Profile, threads: Option<usize>) -> Vec<Job> {
+    WORKLOADS
         .iter()
         .map(|w| {
             let args = match profile {
@@ -67,11 +66,48 @@ pub fn plan(profile: Profile, reps: usize, threads: Option<usize>) -> Plan {
             }
             Job { bench: w.bench, argv }
         })
-        .collect();
-    let modes: Vec<(u32, Vec<String>)> =
-        MODES.iter().map(|m| (*m, vec!["--ctabs-mode".to_string(), m.to_string()])).collect();
-    let name = format!("bench-{}", if profile == Profile::Quick { "quick" } else { "full" });
-    interleaved(&name, reps, &jobs, &modes)
+        .collect()
+}
+
+fn ctabs_modes() -> Vec<(u32, Vec<String>)> {
+    MODES.iter().map(|m| (*m, vec!["--ctabs-mode".to_string(), m.to_string()])).collect()
+}
+
+fn plan_name(profile: Profile) -> String {
+    format!("bench-{}", if profile == Profile::Quick { "quick" } else { "full" })
+}
+
+/// The plan: every workload under every mode, interleaved, `reps` times. `threads` gives
+/// the pooled servers a fixed pool of that many loopers instead of libbinder's.
+pub fn plan(profile: Profile, reps: usize, threads: Option<usize>) -> Plan {
+    interleaved(&plan_name(profile), reps, &jobs(profile, threads), &ctabs_modes())
+}
+
+/// binder-tiers' runs per priority-inheritance semantics (rust-driver 0011's switch, set by
+/// each step and restored after it): the bench name and the arguments.
+pub const TIER_VARIANTS: [(&str, &[&str]); 3] = [
+    // Mainline's Rust driver: the server keeps its own priority.
+    ("tiers", &["--prio-inherit", "0"]),
+    // The phone's: Android's inheritance, schd-dbg's nodes without INHERIT_RT.
+    ("tiers-pi", &["--prio-inherit", "1"]),
+    // Android's inheritance with INHERIT_RT on the servers' nodes: RT callers pass RT on.
+    ("tiers-pirt", &["--prio-inherit", "1", "--inherit-rt"]),
+];
+
+/// [`plan`] with binder-tiers once per [`TIER_VARIANTS`] entry, each an interleaved job of
+/// its own, so seed 000's FIFO rows come with priority inheritance off and on.
+pub fn plan_inherit(profile: Profile, reps: usize, threads: Option<usize>) -> Plan {
+    let mut out = vec![];
+    for j in jobs(profile, threads) {
+        if j.bench != "tiers" {
+            out.push(j);
+            continue;
+        }
+        for (bench, extra) in TIER_VARIANTS {
+            out.push(Job { bench, argv: j.argv.iter().cloned().chain(extra.iter().map(|s| s.to_string())).collect() });
+        }
+    }
+    interleaved(&plan_name(profile), reps, &out, &ctabs_modes())
 }
 
 /// One benchmark program of an interleaved plan.
@@ -332,7 +368,18 @@ pub fn write_report(
 /// Boots once, runs the interleaved plan and writes the report into the run directory.
 /// `threads`: a fixed server pool instead of libbinder's (see [`plan`]).
 pub fn execute(profile: Profile, reps: usize, threads: Option<usize>, base: &RunOpts) -> Result<(Outcome, String)> {
-    let outcome = crate::report::run_plan(&plan(profile, reps, threads), base)?;
+    execute_plan(&plan(profile, reps, threads), profile, reps, threads, base)
+}
+
+/// [`execute`] of a given plan of seed 000's shape (e.g. [`plan_inherit`]).
+pub fn execute_plan(
+    plan: &Plan,
+    profile: Profile,
+    reps: usize,
+    threads: Option<usize>,
+    base: &RunOpts,
+) -> Result<(Outcome, String)> {
+    let outcome = crate::report::run_plan(plan, base)?;
     let board = crate::harness::opts::load_board_file(&base.board, base.smp, base.memory.as_deref())?.0;
     let config = Config { threads, eas: !base.no_eas && board.has_eas() };
     let text = write_report(&outcome.dir, profile, reps, &config, &board, &outcome.events)?;
@@ -373,6 +420,22 @@ mod tests {
         let has = |bench: &str| fixed.steps.iter().find(|s| s.name.starts_with(bench)).unwrap().argv.join(" ");
         assert!(has("throughput").ends_with("--threads 2 --ctabs-mode 0") && has("tiers").contains("--threads 2"));
         assert!(!has("sendvec").contains("--threads") && !p.steps[0].argv.contains(&"--threads".to_string()));
+    }
+
+    #[test]
+    fn inherit_plan_runs_tiers_per_switch_state() {
+        let p = plan_inherit(Profile::Quick, 2, None);
+        assert_eq!(p.steps.len(), 2 * (WORKLOADS.len() + 2) * 3);
+        let names: Vec<&str> = p.steps.iter().map(|s| s.name.as_str()).skip(3).take(9).collect();
+        assert_eq!(names[..4], ["tiers-m0-r0", "tiers-m1-r0", "tiers-m2-r0", "tiers-pi-m0-r0"]);
+        assert_eq!(names[8], "tiers-pirt-m2-r0");
+        let argv = |name: &str| p.steps.iter().find(|s| s.name == name).unwrap().argv.join(" ");
+        assert_eq!(argv("tiers-m1-r0"), "/bin/binder-tiers -i 300 --prio-inherit 0 --ctabs-mode 1");
+        assert_eq!(argv("tiers-pi-m0-r1"), "/bin/binder-tiers -i 300 --prio-inherit 1 --ctabs-mode 0");
+        assert!(argv("tiers-pirt-m2-r0").ends_with("--prio-inherit 1 --inherit-rt --ctabs-mode 2"));
+        assert_eq!(parse_step("tiers-pirt-m2-r0"), Some(("tiers-pirt", 2)));
+        // The others are the bench plan's.
+        assert_eq!(argv("throughput-m0-r0"), plan(Profile::Quick, 1, None).steps[0].argv.join(" "));
     }
 
     #[test]

@@ -10,7 +10,7 @@
 use crate::harness::opts::RunOpts;
 use crate::harness::outcome::Outcome;
 use crate::measure::bench::{self, Job, Profile};
-use crate::measure::samples::{self, Row, Samples};
+use crate::measure::samples::{self, Row, Samples, MODES, MODE_NAMES};
 use crate::measure::seed001::Seed001;
 use crate::measure::table::{big, delta, est, lab_head, lab_row, pct, show, show_delta};
 pub use crate::measure::table::{lab_dir, mark, seed_dir, Dir, LEGEND};
@@ -89,25 +89,78 @@ fn class_name(c: &str) -> &str {
     }
 }
 
+/// The label column of seed 000's tier tables: `seed`, `lab pi=0`, `lab pi=1 RT`.
+const LABEL_W: usize = 11;
+
+/// What each binder-tiers variant of [`bench::TIER_VARIANTS`] stands for, printed under the table.
+pub const FIFO_SEMANTICS: &str =
+    "pi = rust_binder's priority_inheritance switch as each run read it back (rust-driver \
+0011; each step sets it and restores it after). pi=0: mainline's semantics, the server thread keeps its own \
+priority. pi=1: Android's (the phone's GKI 6.1 driver); schd-dbg registers its service through libbinder, whose \
+Parcel::flattenBinder sets FLAT_BINDER_FLAG_INHERIT_RT only after BBinder::setInheritRt(true), which schd-dbg never \
+calls, so the ACK driver's binder_transaction_priority serves the FIFO caller at SCHED_NORMAL nice 0: that is \
+the phone's configuration. pi=1 RT: the servers' nodes carry INHERIT_RT (binder-tiers --inherit-rt), the server \
+runs SCHED_FIFO at the caller's priority.";
+
+/// The switch's value a variant's runs read back (`0`, `1`, `mixed` when the runs differ).
+fn switch_state(rows: &BTreeMap<String, Row>, metric: &str) -> Option<String> {
+    let r = rows.get(metric)?;
+    let vals: std::collections::BTreeSet<String> =
+        r.per_mode.values().map(|e| if e.lo == e.hi { format!("{}", e.value) } else { "mixed".into() }).collect();
+    Some(if vals.len() == 1 { vals.into_iter().next().unwrap_or_default() } else { "mixed".into() })
+}
+
+/// The lab line's label for the runs of `bench`, naming the switch state they saw: `lab pi=1`,
+/// `lab pi=1 RT`, or `lab` when they did not report it (a kernel without the switch).
+fn variant_label(rows: &BTreeMap<String, Row>, bench: &str) -> String {
+    match switch_state(rows, &format!("{bench}.prio_inherit")) {
+        None => "lab".into(),
+        Some(pi) => {
+            let rt = switch_state(rows, &format!("{bench}.inherit_rt")).is_some_and(|v| v != "0");
+            format!("lab pi={pi}{}", if rt { " RT" } else { "" })
+        }
+    }
+}
+
+/// The binder-tiers runs with lines for `class`: the FIFO rows get every variant that has
+/// data, the Normal rows the plain runs (`tiers`, which always get a line, n/a without data).
+fn benches_for(rows: &BTreeMap<String, Row>, class: &str) -> Vec<&'static str> {
+    let has = |b: &str| rows.keys().any(|k| k.starts_with(&format!("{b}.{class}.")));
+    bench::TIER_VARIANTS.iter().map(|(b, _)| *b).filter(|b| *b == "tiers" || (class == "fifo" && has(b))).collect()
+}
+
+/// The policy the FIFO caller's server ran with, per mode: SCHED_FIFO, SCHED_OTHER, or the
+/// shares when the runs saw both.
+fn policy_cell(rows: &BTreeMap<String, Row>, bench: &str, mode: u32) -> String {
+    let share = |k: &str| est(rows, &format!("{bench}.fifo_caller.{k}"), mode).map(|e| e.value);
+    match (share("server_fifo_pct"), share("server_other_pct")) {
+        (Some(f), _) if f >= 100.0 => "SCHED_FIFO".into(),
+        (_, Some(o)) if o >= 100.0 => "SCHED_OTHER".into(),
+        (Some(f), Some(o)) => format!("FIFO {f:.1}% OTHER {o:.1}%"),
+        _ => "n/a".into(),
+    }
+}
+
 /// Seed 000, schd-dbg table: avg latency per class and tier for Baseline, P1, P2, the seed's
-/// line above the lab's, then the share of transactions per tier.
+/// line above the lab's (the FIFO rows once per priority-inheritance semantics, named by the
+/// switch state the runs saw), then the share of transactions per tier and the policy the
+/// FIFO caller's server ran with.
 pub fn seed000_tiers(seed: &Seed000, rows: &BTreeMap<String, Row>) -> String {
     let mut s = String::new();
     let w = 22;
     let _ = writeln!(
         s,
-        "{:<11} {:<14} {:<5} {:>w$} {:>w$} {:>w$} {:>w$} {:>w$}  dir",
+        "{:<11} {:<14} {:<LABEL_W$} {:>w$} {:>w$} {:>w$} {:>w$} {:>w$}  dir",
         "Class", "Tier", "", "Baseline", "Patch 1/2", "Patch 2/2", "Δ P1/2", "Δ P2/2"
     );
     let mut last_class = "";
     for r in &seed.tiers {
-        let m = format!("tiers.{}.{}.avg_ms", r.class, r.tier);
         let class = if r.class != last_class { class_name(&r.class) } else { "" };
         last_class = &r.class;
         let (d1, d2) = (pct(r.avg_ms[0], r.avg_ms[1]), pct(r.avg_ms[0], r.avg_ms[2]));
         let _ = writeln!(
             s,
-            "{:<11} {:<14} {:<5} {:>w$} {:>w$} {:>w$} {:>w$} {:>w$}",
+            "{:<11} {:<14} {:<LABEL_W$} {:>w$} {:>w$} {:>w$} {:>w$} {:>w$}",
             class,
             tier_name(&r.tier),
             "seed",
@@ -117,30 +170,45 @@ pub fn seed000_tiers(seed: &Seed000, rows: &BTreeMap<String, Row>) -> String {
             format!("{d1:+.1}%"),
             format!("{d2:+.1}%")
         );
-        lab_row(&mut s, &lab_head(&format!("{:<11} {:<14}", "", ""), "lab"), w, rows, &m, "ms", [d1, d2]);
+        for b in benches_for(rows, &r.class) {
+            let m = format!("{b}.{}.{}.avg_ms", r.class, r.tier);
+            let label = format!("{:<LABEL_W$}", variant_label(rows, b));
+            lab_row(&mut s, &lab_head(&format!("{:<11} {:<14}", "", ""), &label), w, rows, &m, "ms", [d1, d2]);
+        }
     }
     let _ = writeln!(s, "\nShare of transactions per tier (the seed gives Baseline only):");
     let _ = writeln!(
         s,
-        "{:<11} {:<14} {:>18} {:>w$} {:>w$} {:>w$}",
-        "Class", "Tier", "seed Baseline", "lab Baseline", "lab Patch 1/2", "lab Patch 2/2"
+        "{:<11} {:<14} {:>18} {:<LABEL_W$} {:>w$} {:>w$} {:>w$}",
+        "Class", "Tier", "seed Baseline", "", "lab Baseline", "lab Patch 1/2", "lab Patch 2/2"
     );
     last_class = "";
     for r in &seed.tiers {
-        let m = format!("tiers.{}.{}.pct", r.class, r.tier);
         let class = if r.class != last_class { class_name(&r.class) } else { "" };
         last_class = &r.class;
-        let _ = writeln!(
-            s,
-            "{:<11} {:<14} {:>18} {:>w$} {:>w$} {:>w$}",
-            class,
-            tier_name(&r.tier),
-            format!("{} / {:.1}%", r.count, r.pct),
-            show(est(rows, &m, 0), 1),
-            show(est(rows, &m, 1), 1),
-            show(est(rows, &m, 2), 1)
-        );
+        for (i, b) in benches_for(rows, &r.class).into_iter().enumerate() {
+            let m = format!("{b}.{}.{}.pct", r.class, r.tier);
+            let first = i == 0;
+            let _ = writeln!(
+                s,
+                "{:<11} {:<14} {:>18} {:<LABEL_W$} {:>w$} {:>w$} {:>w$}",
+                if first { class } else { "" },
+                if first { tier_name(&r.tier) } else { "" },
+                if first { format!("{} / {:.1}%", r.count, r.pct) } else { String::new() },
+                variant_label(rows, b),
+                show(est(rows, &m, 0), 1),
+                show(est(rows, &m, 1), 1),
+                show(est(rows, &m, 2), 1)
+            );
+        }
     }
+    let _ = writeln!(s, "\nThe FIFO caller's server thread ran as (binder-tiers reports the policy it saw):");
+    let _ = writeln!(s, "{:<LABEL_W$} {:>w$} {:>w$} {:>w$}", "", MODE_NAMES[0], MODE_NAMES[1], MODE_NAMES[2]);
+    for b in benches_for(rows, "fifo") {
+        let cells: Vec<String> = MODES.iter().map(|m| policy_cell(rows, b, *m)).collect();
+        let _ = writeln!(s, "{:<LABEL_W$} {:>w$} {:>w$} {:>w$}", variant_label(rows, b), cells[0], cells[1], cells[2]);
+    }
+    let _ = writeln!(s, "\n{FIFO_SEMANTICS}");
     s
 }
 
@@ -382,8 +450,12 @@ pub const LIMITS: &[&str] = &[
      the tier tables show where transactions land, not what locality would save on silicon.",
     "EAS runs on the board's energy model (one OPP per cluster at the fixed clock, sm8150.dtsi's power \
      coefficients, assumed voltages): with a single OPP gold is the cheapest per unit of capacity, so EAS packs \
-     work onto gold, where the phone's low silver OPPs draw it to silver. The Rust driver has no real-time \
-     priority inheritance: the SCHED_FIFO caller's server thread runs as SCHED_OTHER.",
+     work onto gold, where the phone's low silver OPPs draw it to silver.",
+    "Seed 000's SCHED_FIFO rows run three times: mainline's Rust driver has no priority inheritance (pi=0); \
+     rust-driver 0011 adds Android's, off by default, which each pi=1 step switches on and restores after. The \
+     phone's configuration is pi=1 without INHERIT_RT (schd-dbg never calls setInheritRt), where the FIFO \
+     caller's server runs SCHED_NORMAL nice 0, as with pi=0; pi=1 RT shows Android's RT inheritance. The \
+     Normal rows are the pi=0 runs.",
     "Seed 001's A/B is the C driver with alloc->mutex (cbinder) against the seed's spinlock patch \
      (cbinder-spin, c-reference/); the Rust driver (perf) is a third column, not the seed's \"after\". The seed's \
      own workload (-w 2, no low-priority lock holder) cannot trigger the inversion it describes; the inversion \
@@ -485,10 +557,11 @@ pub fn run_only(profile: Profile, base: &RunOpts, out: &Path, only: &[String]) -
     let mut s0 = Experiment::new(vec![]);
     if want("000") {
         crate::support::progress::note(format!(
-            "reproduce: seed 000 (CTABS modes 0/1/2, {} repetitions)",
+            "reproduce: seed 000 (CTABS modes 0/1/2, binder-tiers with priority_inheritance 0, 1, 1 + INHERIT_RT; {} repetitions)",
             sizes.bench_reps
         ));
-        s0 = Experiment::new(vec![bench::execute(profile, sizes.bench_reps, None, base)?.0]);
+        let plan = bench::plan_inherit(profile, sizes.bench_reps, None);
+        s0 = Experiment::new(vec![bench::execute_plan(&plan, profile, sizes.bench_reps, None, base)?.0]);
     }
     let mut s1 = Experiment::new(vec![]);
     if want("001") {
@@ -578,6 +651,91 @@ mod tests {
         assert!(tt.contains("0.089 ms") && tt.contains("4623 / 46.2%"), "{tt}");
         // No lab data for the tiers here: n/a and "?", never a made-up number.
         assert!(tt.lines().nth(2).unwrap().contains("n/a") && tt.lines().nth(2).unwrap().ends_with("? ?"), "{tt}");
+    }
+
+    /// binder-tiers results of three variants over `reps` rounds: (bench, switch, INHERIT_RT,
+    /// the FIFO caller's server policies, FIFO latency added in ms).
+    fn tier_events(reps: usize, variants: &[(&str, Option<u32>, bool, serde_json::Value, f64)]) -> Vec<Event> {
+        let mut ev = vec![];
+        for r in 0..reps {
+            for m in MODES {
+                for (b, pi, rt, policies, extra) in variants {
+                    let tier = |ms: f64| serde_json::json!({"count": 100, "pct": 33.3, "avg_ms": ms});
+                    let fifo = tier(0.2 + extra + 0.01 * m as f64);
+                    let data = serde_json::json!({
+                        "classes": {"fifo": {"same_core": fifo, "same_cluster": fifo, "cross_cluster": fifo},
+                                    "other": {"same_core": tier(0.3), "same_cluster": tier(0.3), "cross_cluster": tier(0.3)}},
+                        "prio_inherit": pi, "inherit_rt": rt,
+                        "server_policies": {"fifo": policies, "other": {"SCHED_OTHER": 300}},
+                    });
+                    ev.push(Event::Result {
+                        step: samples::step_name(b, m, r),
+                        case: "tiers".into(),
+                        status: labproto::Status::Pass,
+                        duration_ms: 0.0,
+                        message: None,
+                        data,
+                    });
+                }
+            }
+        }
+        ev
+    }
+
+    #[test]
+    fn seed000_fifo_rows_name_the_switch_state() {
+        let seeds = seeds().unwrap();
+        let other = serde_json::json!({"SCHED_OTHER": 300});
+        let ev = tier_events(
+            3,
+            &[
+                ("tiers", Some(0), false, other.clone(), 0.0),
+                ("tiers-pi", Some(1), false, other, 0.05),
+                ("tiers-pirt", Some(1), true, serde_json::json!({"SCHED_FIFO": 300}), 0.1),
+            ],
+        );
+        let rows = samples::summarise(&samples::collect(&ev));
+        let t = seed000_tiers(&seeds.seed000, &rows);
+        let l: Vec<&str> = t.lines().collect();
+        // The FIFO same-core row: the seed's line, then one lab line per switch state.
+        assert!(l[1].starts_with("SCHED_FIFO") && l[1].contains("seed") && l[1].contains("0.089 ms"), "{t}");
+        assert!(l[2].contains("lab pi=0 ") && l[2].contains("0.200 [0.200, 0.200]"), "{t}");
+        assert!(l[3].contains("lab pi=1 ") && !l[3].contains("RT") && l[3].contains("0.250"), "{t}");
+        assert!(l[4].contains("lab pi=1 RT") && l[4].contains("0.300") && l[4].contains("+3.3%"), "{t}");
+        // Latency rises with the mode here, where the seed's FIFO latency falls: ✗ on each line.
+        assert!(l[2].ends_with("✗ ✗") && l[4].ends_with("✗ ✗"), "{t}");
+        // The Normal rows have the pi=0 runs only.
+        let normal = l.iter().position(|x| x.starts_with("Normal")).unwrap();
+        assert!(l[normal + 1].contains("lab pi=0") && l[normal + 2].starts_with("            "), "{t}");
+        assert!(!l[normal + 2].contains("lab"), "{t}");
+        // Shares: the FIFO rows once per variant, the seed's count on the first only.
+        let share = l.iter().position(|x| x.starts_with("Share")).unwrap();
+        assert!(l[share + 2].contains("9963 / 99.6%") && l[share + 2].contains("lab pi=0"), "{t}");
+        assert!(l[share + 4].contains("lab pi=1 RT") && !l[share + 4].contains('%'), "{t}");
+        // The policy the FIFO caller's server ran with, per variant and mode.
+        let pol = l.iter().position(|x| x.starts_with("The FIFO caller's server")).unwrap();
+        assert!(l[pol + 2].starts_with("lab pi=0") && l[pol + 2].matches("SCHED_OTHER").count() == 3, "{t}");
+        assert!(l[pol + 4].starts_with("lab pi=1 RT") && l[pol + 4].matches("SCHED_FIFO").count() == 3, "{t}");
+        assert!(t.contains("schd-dbg never") && t.contains("SCHED_NORMAL nice 0"), "{t}");
+    }
+
+    #[test]
+    fn seed000_fifo_rows_without_a_switch_or_with_mixed_runs() {
+        let seeds = seeds().unwrap();
+        // A kernel without the switch (the plain bench plan on the C driver): "lab", one line.
+        let ev = tier_events(2, &[("tiers", None, false, serde_json::json!({"SCHED_OTHER": 300}), 0.0)]);
+        let t = seed000_tiers(&seeds.seed000, &samples::summarise(&samples::collect(&ev)));
+        let l: Vec<&str> = t.lines().collect();
+        assert!(l[2].contains(" lab ") && !l[2].contains("pi="), "{t}");
+        assert!(l[3].contains("Same-cluster") && l[3].contains("seed"), "{t}");
+        // Runs that saw different switch values, and servers of both policies: said so.
+        let both = serde_json::json!({"SCHED_OTHER": 150, "SCHED_FIFO": 150});
+        let mut ev = tier_events(2, &[("tiers-pi", Some(1), false, both.clone(), 0.0)]);
+        ev.extend(tier_events(2, &[("tiers-pi", Some(0), false, both, 0.0)]));
+        let t = seed000_tiers(&seeds.seed000, &samples::summarise(&samples::collect(&ev)));
+        assert!(t.lines().nth(3).unwrap().contains("lab pi=mixed"), "{t}");
+        let pol = t.lines().rev().find(|x| x.starts_with("lab pi=mixed")).unwrap();
+        assert_eq!(pol.matches("FIFO 50.0% OTHER 50.0%").count(), 3, "{t}");
     }
 
     #[test]

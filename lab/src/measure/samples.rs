@@ -46,6 +46,34 @@ fn put_selections(put: &mut impl FnMut(String, u32, Option<f64>), bench: &str, m
     put(format!("{bench}.pool.threads_started"), mode, started);
 }
 
+/// A binder-tiers result: per class and tier the share, count and average latency; the
+/// priority-inheritance switch and INHERIT_RT in effect (0/1); and the shares of the FIFO
+/// caller's calls whose server ran SCHED_FIFO or SCHED_OTHER.
+fn put_tiers(put: &mut impl FnMut(String, u32, Option<f64>), b: &str, mode: u32, data: &serde_json::Value) {
+    put_selections(put, b, mode, data);
+    put(format!("{b}.prio_inherit"), mode, data["prio_inherit"].as_f64());
+    put(format!("{b}.inherit_rt"), mode, data["inherit_rt"].as_bool().map(|v| f64::from(u8::from(v))));
+    let seen = data["server_policies"]["fifo"].as_object();
+    let calls: Option<f64> = seen.map(|m| m.values().filter_map(|v| v.as_f64()).sum());
+    for (k, policy) in [("server_fifo_pct", "SCHED_FIFO"), ("server_other_pct", "SCHED_OTHER")] {
+        let n = seen.map(|m| m.get(policy).and_then(|v| v.as_f64()).unwrap_or(0.0));
+        let share = calls.filter(|&c| c > 0.0).and_then(|c| Some(100.0 * n? / c));
+        put(format!("{b}.fifo_caller.{k}"), mode, share);
+    }
+    let Some(classes) = data["classes"].as_object() else { return };
+    for (class, tiers) in classes {
+        let Some(tiers) = tiers.as_object() else { continue };
+        for (tier, v) in tiers {
+            for k in ["pct", "count"] {
+                put(format!("{b}.{class}.{tier}.{k}"), mode, v[k].as_f64());
+            }
+            // An average over a handful of calls is noise, not a tier latency.
+            let enough = v["count"].as_f64().is_some_and(|c| c >= TIER_MIN_CALLS);
+            put(format!("{b}.{class}.{tier}.avg_ms"), mode, v["avg_ms"].as_f64().filter(|_| enough));
+        }
+    }
+}
+
 /// Flattens each benchmark result's numbers into named metrics.
 pub fn collect(events: &[Event]) -> Samples {
     let mut out: Samples = BTreeMap::new();
@@ -93,21 +121,8 @@ pub fn collect(events: &[Event]) -> Samples {
                     }
                 }
             }
-            ("tiers", "tiers") => {
-                put_selections(&mut put, "tiers", mode, data);
-                let Some(classes) = data["classes"].as_object() else { continue };
-                for (class, tiers) in classes {
-                    let Some(tiers) = tiers.as_object() else { continue };
-                    for (tier, v) in tiers {
-                        for k in ["pct", "count"] {
-                            put(format!("tiers.{class}.{tier}.{k}"), mode, v[k].as_f64());
-                        }
-                        // An average over a handful of calls is noise, not a tier latency.
-                        let enough = v["count"].as_f64().is_some_and(|c| c >= TIER_MIN_CALLS);
-                        put(format!("tiers.{class}.{tier}.avg_ms"), mode, v["avg_ms"].as_f64().filter(|_| enough));
-                    }
-                }
-            }
+            // Variants (`tiers-pi`: priority inheritance on) are named by their step.
+            (b, "tiers") if b.starts_with("tiers") => put_tiers(&mut put, b, mode, data),
             _ => {}
         }
     }

@@ -26,6 +26,8 @@ pub const CTABS_MODE_FILE: &str = "/sys/kernel/debug/rust_binder/ctabs";
 pub const CTABS_STATS_FILE: &str = "/sys/kernel/debug/rust_binder/ctabs_stats";
 /// The Rust binder's switch for deferring BR_TRANSACTION_COMPLETE (rust-driver patch 0005).
 pub const DEFER_TC_FILE: &str = "/sys/kernel/debug/rust_binder/defer_tc";
+/// The Rust binder's switch for Android's priority inheritance (rust-driver patch 0011).
+pub const PRIO_INHERIT_FILE: &str = "/sys/kernel/debug/rust_binder/priority_inheritance";
 
 /// The prefix the init puts before each console line a step prints (`[step] `).
 pub fn step_console_prefix(step: &str) -> String {

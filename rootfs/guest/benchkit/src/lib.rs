@@ -9,8 +9,10 @@ pub mod counters;
 pub mod ctabs;
 pub mod defer;
 pub mod pool;
+pub mod prio;
 pub mod proc;
 pub mod stats;
+pub mod switch;
 
 use std::collections::BTreeMap;
 

@@ -34,7 +34,7 @@ use serde_json::json;
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
-pub const PRIO_SWITCH: &str = "/sys/kernel/debug/rust_binder/priority_inheritance";
+pub use labproto::PRIO_INHERIT_FILE as PRIO_SWITCH;
 
 const PROBE: u32 = 1;
 const HOLD: u32 = 2;

@@ -9,13 +9,15 @@
 //!
 //! Mainline's Rust binder driver has no real-time priority inheritance, so the FIFO caller's
 //! server thread runs as SCHED_OTHER; the policies seen are reported. With rust-driver 0011's
-//! `priority_inheritance` on (`--append rust_binder.priority_inheritance=1`) and `--inherit-rt`
-//! (the servers' nodes carry Android's FLAT_BINDER_FLAG_INHERIT_RT, which schd-dbg's do not
-//! set), the FIFO caller's server runs SCHED_FIFO at the caller's priority.
+//! `priority_inheritance` on (`--prio-inherit 1` for this run, or
+//! `--append rust_binder.priority_inheritance=1`) the server takes the caller's priority, a
+//! real-time one only with `--inherit-rt` (the servers' nodes carry Android's
+//! FLAT_BINDER_FLAG_INHERIT_RT, which schd-dbg's do not set: without it Android's driver serves
+//! a FIFO caller at SCHED_NORMAL nice 0). The switch's value in effect is reported.
 //!
 //! Options: `-i N` (100, as schd-dbg), `--pair N` (1), `-s BYTES` (16, at least 8),
 //! `--threads N` (a fixed pool of N loopers instead of libbinder's), `--ctabs-mode N`,
-//! `--inherit-rt`.
+//! `--prio-inherit 0|1` (set for this run, then restored), `--inherit-rt`.
 //! README.md lists what still differs from the original.
 
 use benchkit::proc::{fork, Chan, Child};
@@ -337,6 +339,8 @@ fn run(a: &Args) -> Result<bool, String> {
         return Err("need --pair >= 1 and -s >= 8 (the request carries priority and CPU)".into());
     }
     let mode = benchkit::apply_ctabs_mode(a)?;
+    // Held until the result is reported: the switch goes back to its boot value after.
+    let (prio_inherit, _restore) = benchkit::prio::apply(a)?;
     let mgr = ForkedServiceManager::start(DEVICE, Duration::from_secs(10)).map_err(|e| e.to_string())?;
     let cl = Arc::new(clusters());
     let t0 = Instant::now();
@@ -350,9 +354,11 @@ fn run(a: &Args) -> Result<bool, String> {
     );
     print!("{}", table(&[("fifo", &g.fifo), ("other", &g.other)]));
     println!(
-        "note: server policies seen by the FIFO caller: {}; by the OTHER caller: {} (mainline has no priority inheritance)",
+        "note: server policies seen by the FIFO caller: {}; by the OTHER caller: {} (priority_inheritance {}, INHERIT_RT {})",
         g.fifo.policies(),
-        g.other.policies()
+        g.other.policies(),
+        prio_inherit.map_or("absent".to_string(), |v| v.to_string()),
+        if o.inherit_rt { "on" } else { "off" }
     );
     let dominant = (0..3).max_by_key(|&i| g.fifo.server_policy[i]).filter(|&i| g.fifo.server_policy[i] > 0);
     let errors = g.fifo.errors + g.other.errors;
@@ -368,6 +374,7 @@ fn run(a: &Args) -> Result<bool, String> {
         "iterations": o.iterations, "pairs": o.pairs, "payload": o.payload,
         "pool": benchkit::pool::json(o.pool, &g.started, &g.spawns),
         "ctabs_mode": mode, "clusters": *cl, "errors": errors, "inherit_rt": o.inherit_rt,
+        "prio_inherit": prio_inherit,
     });
     for (k, v) in data.as_object().expect("object") {
         d[k] = v.clone();
@@ -378,7 +385,7 @@ fn run(a: &Args) -> Result<bool, String> {
 }
 
 fn main() {
-    benchkit::main("tiers", &["inherit-rt"], &["i", "s", "pair", "threads", "ctabs-mode"], run)
+    benchkit::main("tiers", &["inherit-rt"], &["i", "s", "pair", "threads", "ctabs-mode", "prio-inherit"], run)
 }
 
 #[cfg(test)]
