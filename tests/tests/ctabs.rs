@@ -47,6 +47,12 @@ fn scoring_keeps_picks_local() {
     // Mode 3 fires: servers are woken on the caller's CPU.
     let c = &o.data("affinity_mode3").unwrap()["counters"];
     assert!(c["woken_on_caller_cpu"].as_u64().unwrap() > 0, "mode 3 woke nothing on the caller's CPU: {c}");
+    // ... and it moves them: with unpinned servers, mode 3 serves far more calls on the
+    // caller's CPU than mode 0 (the plan's `placement` step fails otherwise).
+    let p = o.data("placement").expect("the placement step's result");
+    let same = |k: &str| p[k].as_f64().unwrap_or(f64::NAN);
+    assert!(same("same_cpu_share_mode3") >= 0.35, "mode 3 placement: {p}");
+    assert!(same("same_cpu_share_mode3") >= same("same_cpu_share_mode0") + 0.15, "mode 3 placement: {p}");
 }
 
 #[test]
