@@ -20,16 +20,11 @@ pub fn check_reproducible(
     kconfig: &crate::cli::args::KconfigArgs,
     scratch: Option<PathBuf>,
 ) -> Result<()> {
-    let a = kernel::build_with(flavor, &kconfig.extras())?;
     let keep = scratch.is_some();
     let scratch = scratch.unwrap_or_else(|| paths::repo().join("target/lab/repro").join(flavor));
-    if scratch.starts_with(paths::cache()) || paths::cache().starts_with(&scratch) {
-        anyhow::bail!(
-            "--scratch {}: it overlaps the lab cache {}; name a directory outside it",
-            scratch.display(),
-            paths::cache().display()
-        );
-    }
+    // Checked before the first build: a bad --scratch must not cost a kernel build.
+    let scratch = repro::scratch_dir(&paths::cache(), &scratch)?;
+    let a = kernel::build_with(flavor, &kconfig.extras())?;
     repro::scratch_cache(&paths::cache(), &scratch)?;
     crate::support::progress::note(format!(
         "building {flavor} again in {} (its own tree, O= and rust-src: a full build the first time)",

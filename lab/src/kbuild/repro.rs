@@ -13,6 +13,17 @@ use std::process::Command;
 /// whose path can reach the kernel (the tree, the O= directories, rust-src) is the scratch's own.
 const SHARED: [&str; 2] = ["downloads", "tools"];
 
+/// `scratch` as an absolute path (the second lab process resolves it on its own), refused when
+/// it overlaps the main cache `main`: the second build must not share the first one's paths.
+pub fn scratch_dir(main: &Path, scratch: &Path) -> Result<PathBuf> {
+    let abs = std::path::absolute(scratch).with_context(|| format!("--scratch {}", scratch.display()))?;
+    let main = std::path::absolute(main).unwrap_or_else(|_| main.to_path_buf());
+    if abs.starts_with(&main) || main.starts_with(&abs) {
+        bail!("--scratch {}: it overlaps the lab cache {}; name a directory outside it", abs.display(), main.display());
+    }
+    Ok(abs)
+}
+
 /// Prepares `scratch` as a second cache sharing [`SHARED`] with `main`.
 pub fn scratch_cache(main: &Path, scratch: &Path) -> Result<()> {
     std::fs::create_dir_all(scratch).with_context(|| format!("creating {}", scratch.display()))?;
@@ -136,6 +147,17 @@ mod tests {
         assert!(e.contains("differ from byte 6") && e.contains("KBUILD_BUILD_"), "{e}");
         std::fs::write(&b, b"built Thu Jan 1").unwrap();
         assert!(verdict(&a, &b).unwrap().starts_with("reproducible"));
+    }
+
+    #[test]
+    fn a_scratch_inside_or_around_the_cache_is_refused() {
+        let main = Path::new("/c/binder-lab");
+        for bad in ["/c/binder-lab/x", "/c/binder-lab", "/c"] {
+            let e = scratch_dir(main, Path::new(bad)).unwrap_err().to_string();
+            assert!(e.contains("overlaps the lab cache"), "{bad}: {e}");
+        }
+        assert_eq!(scratch_dir(main, Path::new("/c/other")).unwrap(), Path::new("/c/other"));
+        assert!(scratch_dir(main, Path::new("rel")).unwrap().is_absolute());
     }
 
     #[test]
