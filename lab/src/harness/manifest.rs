@@ -111,7 +111,7 @@ mod tests {
             cache_plugin: None,
         };
         let opts = RunOpts::default();
-        let spec = vm_spec(&p, &opts, d.path(), Console::Pipe);
+        let spec = vm_spec(&p, &opts, d.path(), Console::Pipe).unwrap();
         write_manifest(d.path(), &p, &spec, &three_problems(), &[], &opts).unwrap();
         let m: serde_json::Value =
             serde_json::from_slice(&std::fs::read(d.path().join("manifest.json")).unwrap()).unwrap();

@@ -17,5 +17,6 @@ pub mod prepare;
 pub mod qemu;
 pub mod run;
 pub mod selftest;
+pub mod sockets;
 pub mod splat;
 pub mod trace;

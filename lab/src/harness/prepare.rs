@@ -4,6 +4,7 @@
 use crate::harness::dtb;
 use crate::harness::opts::{load_board_file, RunOpts};
 use crate::harness::qemu::{Console, Tcg, VmSpec};
+use crate::harness::sockets::SocketDir;
 use crate::kbuild::kernel;
 use crate::provision::downloads;
 use crate::support::{paths, stamp};
@@ -119,10 +120,14 @@ pub fn new_run_dir(name: &str) -> Result<PathBuf> {
     unreachable!()
 }
 
-/// `--gdb`: the gdbstub's socket in the run directory.
+/// `--gdb`: the gdbstub's socket, in (or linked from) the run directory.
 pub const GDB_SOCKET: &str = "gdb.sock";
+/// QMP's socket; as long a name as [`GDB_SOCKET`], so one length check covers both.
+pub const QMP_SOCKET: &str = "qmp.sock";
+const _: () = assert!(GDB_SOCKET.len() == QMP_SOCKET.len());
 
-pub fn vm_spec(p: &Prepared, opts: &RunOpts, dir: &Path, console: Console) -> VmSpec {
+pub fn vm_spec(p: &Prepared, opts: &RunOpts, dir: &Path, console: Console) -> Result<VmSpec> {
+    let sockets = SocketDir::for_run(dir, QMP_SOCKET, &std::env::temp_dir())?;
     let mut append = vec!["console=ttyAMA0".to_string(), "loglevel=5".into(), "rdinit=/init".into()];
     if opts.gdb {
         // Symbols at their link addresses, as in vmlinux.
@@ -130,7 +135,7 @@ pub fn vm_spec(p: &Prepared, opts: &RunOpts, dir: &Path, console: Console) -> Vm
     }
     append.extend(opts.append.iter().cloned());
     let run = dir.display().to_string();
-    VmSpec {
+    Ok(VmSpec {
         binary: p.qemu.clone(),
         machine: p.board.qemu_machine().to_string(),
         cpu: p.board.qemu_cpu().to_string(),
@@ -144,12 +149,13 @@ pub fn vm_spec(p: &Prepared, opts: &RunOpts, dir: &Path, console: Console) -> Vm
         icount_shift: opts.icount_shift,
         console,
         results: (console == Console::Pipe).then(|| dir.join("results.jsonl")),
-        qmp: Some(dir.join("qmp.sock")),
+        qmp: Some(sockets.socket(QMP_SOCKET)),
         pvpanic: true,
-        gdb: opts.gdb.then(|| dir.join(GDB_SOCKET)),
+        gdb: opts.gdb.then(|| sockets.socket(GDB_SOCKET)),
         dump: opts.dump.is_some(),
         trace: opts.trace.as_ref().map(|_| dir.join(crate::harness::trace::TRACE_STREAM)),
         plugins: opts.plugins.iter().map(|p| p.replace("{run}", &run)).chain(p.cache_plugin.clone()).collect(),
         timing: p.board.timing().cloned(),
-    }
+        sockets: Some(sockets),
+    })
 }

@@ -77,6 +77,8 @@ pub struct VmSpec {
     pub plugins: Vec<String>,
     /// Per-CPU speeds and quantum for `Tcg::Hicount`.
     pub timing: Option<board::Timing>,
+    /// Keeps a private socket directory alive while the spec or its VM lives.
+    pub sockets: Option<crate::harness::sockets::SocketDir>,
 }
 
 impl VmSpec {
@@ -275,6 +277,7 @@ pub struct Vm {
     qmp_path: Option<PathBuf>,
     qmp: Option<Qmp>,
     watch: Option<QmpWatch>,
+    _sockets: Option<crate::harness::sockets::SocketDir>,
 }
 
 /// Longest a `--dump` may take before the harness gives up on it.
@@ -301,6 +304,11 @@ struct QmpWatch {
 
 impl Vm {
     pub fn spawn(spec: &VmSpec) -> Result<Vm> {
+        if let Some(s) = &spec.sockets {
+            for sock in [&spec.qmp, &spec.gdb].into_iter().flatten() {
+                s.link(sock)?;
+            }
+        }
         let argv = spec.argv();
         let mut cmd = Command::new(&argv[0]);
         cmd.args(&argv[1..]).stdin(if spec.console == Console::Terminal { Stdio::inherit() } else { Stdio::null() });
@@ -345,7 +353,16 @@ impl Vm {
         } else {
             None
         };
-        Ok(Vm { child: Some(child), pid, started, console, qmp_path: spec.qmp.clone(), qmp: None, watch: None })
+        Ok(Vm {
+            child: Some(child),
+            pid,
+            started,
+            console,
+            qmp_path: spec.qmp.clone(),
+            qmp: None,
+            watch: None,
+            _sockets: spec.sockets.clone(),
+        })
     }
 
     /// Connects to QMP (retrying while QEMU creates the socket) and does the handshake.
@@ -557,6 +574,7 @@ mod tests {
             trace: None,
             plugins: vec![],
             timing: None,
+            sockets: None,
         }
     }
 

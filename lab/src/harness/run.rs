@@ -189,6 +189,17 @@ fn drain(rx: &Receiver<Input>, monitor: &mut Monitor, out: &mut Outputs) {
     }
 }
 
+/// A `--board` for a run directory's name: a board file's stem, not its whole path (a deep
+/// path made names too long for the run's sockets).
+fn board_label(board: &str) -> &str {
+    let p = Path::new(board);
+    if board.ends_with(".toml") || board.contains('/') {
+        p.file_stem().and_then(|s| s.to_str()).unwrap_or(board)
+    } else {
+        board
+    }
+}
+
 /// Boots and follows one run of the plan `opts.plan` names. Never leaves QEMU running.
 pub fn run(opts: &RunOpts) -> Result<Outcome> {
     run_plan(&load_plan(&opts.plan)?, opts)
@@ -203,10 +214,11 @@ pub fn run_plan(plan: &Plan, opts: &RunOpts) -> Result<Outcome> {
         plan.trace = opts.trace.clone();
     }
     let plan = &plan;
-    let name = if opts.name.is_empty() { format!("{}-{}", opts.board, plan.name) } else { opts.name.clone() };
+    let name =
+        if opts.name.is_empty() { format!("{}-{}", board_label(&opts.board), plan.name) } else { opts.name.clone() };
     let dir = new_run_dir(&paths::path_safe(&name))?;
     let prepared = prepare(opts, plan.clone(), &dir)?;
-    let spec = vm_spec(&prepared, opts, &dir, Console::Pipe);
+    let spec = vm_spec(&prepared, opts, &dir, Console::Pipe)?;
     interrupted_flag().store(false, Ordering::SeqCst);
 
     let t0 = Instant::now();
@@ -289,7 +301,7 @@ pub fn shell(opts: &RunOpts) -> Result<()> {
     plan.shell = true;
     let dir = new_run_dir("shell")?;
     let prepared = prepare(opts, plan, &dir)?;
-    let spec = vm_spec(&prepared, opts, &dir, Console::Terminal);
+    let spec = vm_spec(&prepared, opts, &dir, Console::Terminal)?;
     progress::note(format!("booting {} (Ctrl-A X quits QEMU; `poweroff -f` ends the guest)", prepared.board.name()));
     let mut vm = Vm::spawn(&spec)?;
     crate::harness::gdb::announce(&dir, &prepared.kernel, &spec, vm.pid)?;
@@ -303,6 +315,13 @@ pub fn shell(opts: &RunOpts) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_board_file_is_named_by_its_stem() {
+        assert_eq!(board_label("sa8155p"), "sa8155p");
+        assert_eq!(board_label("/tmp/.tmpsMQO8E/one-speed.toml"), "one-speed");
+        assert_eq!(board_label("board/x.toml"), "x");
+    }
 
     #[test]
     fn line_tail_reads_whole_lines_only() {

@@ -152,7 +152,7 @@ pub fn write(opts: &RunOpts, out: &Path, url_base: Option<&str>) -> Result<Writt
     let p = prepare(opts, plan, &out)?;
     std::fs::copy(p.kernel.image(), out.join("Image")).context("copying the kernel Image")?;
     // No result port and no QMP: results reach LAVA on the console.
-    let mut spec = vm_spec(&p, opts, &out, Console::Pipe);
+    let mut spec = vm_spec(&p, opts, &out, Console::Pipe)?;
     spec.results = None;
     spec.qmp = None;
     let url = |f: &str| match url_base {
