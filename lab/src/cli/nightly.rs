@@ -61,8 +61,12 @@ fn copy_dir(from: &Path, to: &Path) -> Result<()> {
             continue;
         }
         let dest = to.join(e.file_name());
-        if e.file_type()?.is_dir() {
+        let kind = e.file_type()?;
+        if kind.is_dir() {
             copy_dir(&e.path(), &dest)?;
+        } else if !kind.is_file() {
+            // A socket QEMU left (it crashed) or a link to one: not an artifact.
+            continue;
         } else {
             std::fs::copy(e.path(), &dest).with_context(|| format!("copying {}", e.path().display()))?;
         }
@@ -270,6 +274,10 @@ fn run_stages(opts: &Opts) -> Result<Vec<Stage>> {
     }
     let mut stages = vec![];
     for (name, kind, flavor, plan) in plans {
+        if crate::harness::run::interrupted() {
+            progress::note(format!("nightly: interrupted; {name} and the stages after it are not run"));
+            break;
+        }
         progress::note(format!("nightly: {name}"));
         let outer =
             progress::set(Arc::new(progress::Prefixed { prefix: format!("[{name}] "), inner: progress::current() }));

@@ -5,17 +5,33 @@
 
 use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// `sun_path`'s 108 bytes less the terminating NUL.
 pub const MAX_SOCKET_PATH: usize = 107;
 
-/// The directory that holds a run's sockets; a private one is removed when the last clone drops.
+/// The directory that holds a run's sockets; a private one, and its links in the run
+/// directory, are removed when the last clone drops.
 #[derive(Clone, Debug)]
 pub struct SocketDir {
     dir: PathBuf,
     run_dir: PathBuf,
-    _private: Option<Arc<tempfile::TempDir>>,
+    private: Option<Arc<Private>>,
+}
+
+#[derive(Debug)]
+struct Private {
+    _tmp: tempfile::TempDir,
+    links: Mutex<Vec<PathBuf>>,
+}
+
+impl Drop for Private {
+    fn drop(&mut self) {
+        // A dangling link would break copying or archiving the run directory.
+        for l in self.links.get_mut().map(std::mem::take).unwrap_or_default() {
+            let _ = std::fs::remove_file(l);
+        }
+    }
 }
 
 impl SocketDir {
@@ -23,7 +39,7 @@ impl SocketDir {
     /// else a private directory under `tmp`.
     pub fn for_run(run_dir: &Path, longest: &str, tmp: &Path) -> Result<SocketDir> {
         if fits(&run_dir.join(longest)) {
-            return Ok(SocketDir { dir: run_dir.to_path_buf(), run_dir: run_dir.to_path_buf(), _private: None });
+            return Ok(SocketDir { dir: run_dir.to_path_buf(), run_dir: run_dir.to_path_buf(), private: None });
         }
         // TempDir makes it 0700 with a random name: no other user can connect or squat.
         let t = tempfile::Builder::new().prefix("lab-").tempdir_in(tmp).with_context(|| {
@@ -35,7 +51,9 @@ impl SocketDir {
                 t.path().join(longest).display()
             );
         }
-        Ok(SocketDir { dir: t.path().to_path_buf(), run_dir: run_dir.to_path_buf(), _private: Some(Arc::new(t)) })
+        let dir = t.path().to_path_buf();
+        let private = Some(Arc::new(Private { _tmp: t, links: Mutex::new(vec![]) }));
+        Ok(SocketDir { dir, run_dir: run_dir.to_path_buf(), private })
     }
 
     /// The socket `name`'s path.
@@ -46,12 +64,12 @@ impl SocketDir {
     /// Links a private socket from the run directory, so a user finds it where the run's
     /// other files are. Called when QEMU starts, for the sockets it is given.
     pub fn link(&self, socket: &Path) -> Result<()> {
-        if self._private.is_none() {
-            return Ok(());
-        }
+        let Some(private) = &self.private else { return Ok(()) };
         let link = self.run_dir.join(socket.file_name().context("a socket path has a file name")?);
         std::os::unix::fs::symlink(socket, &link)
-            .with_context(|| format!("linking {} to {}", link.display(), socket.display()))
+            .with_context(|| format!("linking {} to {}", link.display(), socket.display()))?;
+        private.links.lock().map_err(|_| anyhow::anyhow!("socket links poisoned"))?.push(link);
+        Ok(())
     }
 }
 
@@ -85,8 +103,12 @@ mod tests {
         // A real listener binds there (the kernel, not our arithmetic, is the judge).
         let _l = std::os::unix::net::UnixListener::bind(&sock).unwrap();
         let private = sock.parent().unwrap().to_path_buf();
+        let clone = s.clone();
         drop(s);
+        assert!(private.exists(), "a clone (the VM's) keeps it");
+        drop(clone);
         assert!(!private.exists(), "the private directory goes with the last clone");
+        assert!(std::fs::symlink_metadata(run.join("qmp.sock")).is_err(), "and so does its link");
     }
 
     #[test]
