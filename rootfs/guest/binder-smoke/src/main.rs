@@ -84,6 +84,22 @@ fn wait_child(pid: libc::pid_t) -> Option<i32> {
     (r == pid).then(|| if libc::WIFEXITED(status) { libc::WEXITSTATUS(status) } else { 128 + libc::WTERMSIG(status) })
 }
 
+/// Waits (up to a second) until the manager sleeps, in practice in its binder read: the call
+/// then wakes it, so a `--trace` of this step always shows the server's wake-up (a call that
+/// caught it still running showed none). Whether it did is reported, never a failure.
+fn wait_asleep(pid: libc::pid_t) -> bool {
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(1) {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        // The state follows "(comm) "; 'S' is an interruptible sleep.
+        if stat.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with('S')) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    false
+}
+
 fn round_trip() -> bool {
     let _ = std::io::stdout().flush();
     let _ = std::io::stderr().flush();
@@ -96,6 +112,7 @@ fn round_trip() -> bool {
         manager();
     }
     alarm(ALARM_S);
+    let asleep = wait_asleep(pid);
     let mut attempts = 0;
     let result = (|| -> Result<(Vec<u8>, Duration), Error> {
         let mut b = Binder::open(DEVICE)?;
@@ -134,6 +151,7 @@ fn round_trip() -> bool {
                     "payload_len": PAYLOAD.len(),
                     "reply_len": reply.len(),
                     "manager_exit": child,
+                    "manager_asleep_first": asleep,
                 }),
             );
             ok
