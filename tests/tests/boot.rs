@@ -169,6 +169,62 @@ fn ctrl_c_leaves_no_qemu_behind() {
     assert!(left.is_empty(), "QEMU left running: {left:?}");
 }
 
+/// QEMUs whose parent is `pid`.
+fn qemu_children(pid: u32) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|q| {
+            let stat = std::fs::read_to_string(format!("/proc/{q}/stat")).unwrap_or_default();
+            // After "(comm)": state, then the parent's pid.
+            let ppid = stat.rsplit_once(") ").and_then(|(_, rest)| rest.split(' ').nth(1)?.parse::<u32>().ok());
+            ppid == Some(pid) && stat.contains("(qemu-system-aar")
+        })
+        .collect()
+}
+
+/// A SIGTERM during the nightly's first stage ends the night there: no later stage boots, the
+/// exit says "interrupted" (130), and no QEMU is left.
+#[test]
+fn sigterm_ends_a_nightly_with_the_boot_it_was_in() {
+    let lab_bin = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/debug/lab");
+    assert!(lab_bin.is_file(), "build the lab binary first (cargo build -p lab)");
+    let d = tempfile::tempdir().unwrap();
+    let out = d.path().join("night");
+    let mut child = std::process::Command::new(&lab_bin)
+        .args(["nightly", "--profile", "quick", "--out", out.to_str().unwrap()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut seen = std::collections::BTreeSet::new();
+    let t0 = Instant::now();
+    while seen.is_empty() {
+        assert!(t0.elapsed() < Duration::from_secs(600), "the nightly never booted");
+        assert!(child.try_wait().unwrap().is_none(), "the nightly ended before its first boot");
+        seen.extend(qemu_children(child.id()));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    // SAFETY: kill(2) on the pid of the child we spawned.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let st = loop {
+        seen.extend(qemu_children(child.id()));
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(900), "the nightly did not end after SIGTERM");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(st.code(), Some(130), "an interrupted nightly exits 130");
+    assert_eq!(seen.len(), 1, "QEMUs started: {seen:?}; only the interrupted stage's may");
+    assert!(!out.join("conformance-debug").exists(), "a stage after the interrupted one ran");
+    for pid in seen {
+        assert!(!Path::new(&format!("/proc/{pid}")).exists(), "QEMU {pid} left running");
+    }
+}
+
 #[test]
 fn debug_kernel_kunit_ctabs_suite_passes() {
     let mut o = opts("sa8155p", "kunit");

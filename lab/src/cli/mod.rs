@@ -255,7 +255,11 @@ pub fn main() {
     let cli = Cli::from_arg_matches(&cmd.get_matches()).unwrap_or_else(|e| e.exit());
     let exit = execute(cli.cmd).unwrap_or_else(|e| {
         eprintln!("error: {e:#}");
-        Exit::HarnessError
+        if e.downcast_ref::<crate::harness::run::Interrupted>().is_some() {
+            Exit::Interrupted
+        } else {
+            Exit::HarnessError
+        }
     });
     exit.exit()
 }
