@@ -178,6 +178,7 @@ pub fn build_with(name: &str, extras: &Extras) -> Result<Built> {
     // for minutes while it builds.
     if let Some(built) = published(&cache, flavor, &lock, &merged, &series, &fingerprint)? {
         crate::support::progress::note(format!("kernel {flavor} is up to date: {}", built.dir.display()));
+        crate::support::process::mark_used(&built.dir);
         return Ok(built);
     }
     let (src, _tree_lock) = prepared_tree(&cache, &lock, &series, &format!("building kernel {flavor}"))?;
@@ -188,6 +189,7 @@ pub fn build_with(name: &str, extras: &Extras) -> Result<Built> {
     let built = Built { flavor: flavor.into(), key: key.clone(), dir: out.clone() };
     if out.join("Image").is_file() {
         crate::support::progress::note(format!("kernel {flavor} is up to date: {}", out.display()));
+        crate::support::process::mark_used(&out);
         return Ok(built);
     }
 
@@ -415,7 +417,7 @@ fn copy_gdb_scripts(obj: &Path, to: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Keeps the newest few published builds of a flavor.
+/// Keeps the most recently used few published builds of a flavor.
 fn prune(cache: &Path, flavor: &str, keep_key: &str) {
     crate::support::process::prune_builds(&cache.join("kernel/artifacts"), &format!("{flavor}-"), keep_key, KEEP);
 }

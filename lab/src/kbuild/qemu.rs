@@ -181,6 +181,7 @@ pub fn build() -> Result<Built> {
     let out = artifacts_dir(&cache, &key);
     let built = Built { key: key.clone(), dir: out.clone() };
     if out.join(BINARY).is_file() {
+        crate::support::process::mark_used(&out);
         return Ok(built);
     }
     let obj = qemu_cache(&cache).join("build");

@@ -21,24 +21,45 @@ pub fn have_tool(name: &str) -> bool {
     std::env::var_os("PATH").map(|p| std::env::split_paths(&p).any(|d| d.join(name).is_file())).unwrap_or(false)
 }
 
-/// Keeps the newest `keep` published builds `<dir>/<prefix><key>` (always the one ending in
-/// `keep_key`), deleting older ones.
+/// A published build used this recently is never pruned: another checkout (a CI run, a
+/// second worktree) may be booting it or reading its vmlinux right now.
+pub const PRUNE_GRACE: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// Records that a published build was just used: pruning goes by last use, not by age.
+/// Its directory's mtime is the record (nothing inside the artifact changes).
+pub fn mark_used(dir: &Path) {
+    if let Ok(d) = std::fs::File::open(dir) {
+        let _ = d.set_modified(std::time::SystemTime::now());
+    }
+}
+
+/// Keeps the `keep` most recently used published builds `<dir>/<prefix><hex key>` (always the
+/// one whose key is `keep_key`), and every one used within [`PRUNE_GRACE`]; deletes the rest.
+/// The key must be all hex, so `cbinder-` never matches `cbinder-spin-<key>`.
 pub fn prune_builds(dir: &Path, prefix: &str, keep_key: &str, keep: usize) {
+    prune_builds_at(dir, prefix, keep_key, keep, std::time::SystemTime::now())
+}
+
+fn prune_builds_at(dir: &Path, prefix: &str, keep_key: &str, keep: usize, now: std::time::SystemTime) {
+    let ours = |name: &str| {
+        name.strip_prefix(prefix).is_some_and(|k| {
+            !k.is_empty() && k != keep_key && k.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        })
+    };
     let mut builds: Vec<(std::time::SystemTime, std::path::PathBuf)> = std::fs::read_dir(dir)
         .map(|rd| {
             rd.flatten()
-                .filter(|e| {
-                    let n = e.file_name().to_string_lossy().into_owned();
-                    n.starts_with(prefix) && !n.ends_with(keep_key)
-                })
+                .filter(|e| ours(&e.file_name().to_string_lossy()))
                 .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
                 .collect()
         })
         .unwrap_or_default();
     builds.sort();
     let excess = builds.len().saturating_sub(keep - 1);
-    for (_, p) in builds.into_iter().take(excess) {
-        let _ = std::fs::remove_dir_all(p);
+    for (used, p) in builds.into_iter().take(excess) {
+        if now.duration_since(used).unwrap_or_default() >= PRUNE_GRACE {
+            let _ = std::fs::remove_dir_all(p);
+        }
     }
 }
 
@@ -111,6 +132,42 @@ pub fn error_lines(tail: &[String]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::{Duration, SystemTime};
+
+    #[test]
+    fn prune_keeps_the_recently_used_and_never_a_sibling_flavor() {
+        let d = tempfile::tempdir().unwrap();
+        let now = SystemTime::now();
+        let day = Duration::from_secs(86_400);
+        // (name, last used this many days ago)
+        let builds = [
+            ("cbinder-aaaa", 5),
+            ("cbinder-bbbb", 4),
+            ("cbinder-cccc", 3),
+            ("cbinder-spin-dddd", 9),
+            ("cbinder+12ab-eeee", 9),
+            ("cbinder-ffff", 0),
+            ("cbinder-0000", 8),
+        ];
+        for (n, ago) in builds {
+            std::fs::create_dir(d.path().join(n)).unwrap();
+            std::fs::File::open(d.path().join(n)).unwrap().set_modified(now - day * ago).unwrap();
+        }
+        // The oldest build was just used again: it now outranks two others.
+        mark_used(&d.path().join("cbinder-0000"));
+        prune_builds_at(d.path(), "cbinder-", "cccc", 3, now + Duration::from_secs(1));
+        let mut left: Vec<String> =
+            std::fs::read_dir(d.path()).unwrap().flatten().map(|e| e.file_name().into_string().unwrap()).collect();
+        left.sort();
+        // Kept: the current key (cccc), the two most recently used (0000, ffff); other
+        // flavors' builds are not this flavor's to prune.
+        assert_eq!(left, ["cbinder+12ab-eeee", "cbinder-0000", "cbinder-cccc", "cbinder-ffff", "cbinder-spin-dddd"]);
+        // Within the grace period nothing goes, however many there are.
+        prune_builds_at(d.path(), "cbinder-", "cccc", 1, now + Duration::from_secs(1));
+        assert!(d.path().join("cbinder-0000").exists() && d.path().join("cbinder-ffff").exists());
+        prune_builds_at(d.path(), "cbinder-", "cccc", 1, now + PRUNE_GRACE * 2);
+        assert!(!d.path().join("cbinder-0000").exists() && d.path().join("cbinder-cccc").exists());
+    }
 
     #[test]
     fn error_lines_prefers_errors() {
