@@ -14,10 +14,10 @@ use std::path::Path;
 /// libbinder's pool and a fixed pool of two loopers (the lab's old default), each with and
 /// without the board's EAS; the first is the default of `bench` and `reproduce`.
 pub const CONFIGS: [Config; 4] = [
-    Config { threads: None, eas: true },
-    Config { threads: Some(2), eas: true },
-    Config { threads: None, eas: false },
-    Config { threads: Some(2), eas: false },
+    Config { threads: None, eas: true, cache: false },
+    Config { threads: Some(2), eas: true, cache: false },
+    Config { threads: None, eas: false, cache: false },
+    Config { threads: Some(2), eas: false, cache: false },
 ];
 
 /// A short column name: `AOSP+EAS`, `2thr+EAS`, `AOSP`, `2thr`.
