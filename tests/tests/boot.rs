@@ -122,18 +122,23 @@ fn rootfs_bins() -> rootfs_bins::GuestBins {
 }
 use rootfs as rootfs_bins;
 
-/// QEMU processes whose command line mentions `needle`.
-fn qemus_with(needle: &str) -> Vec<u32> {
+/// Processes for which `keep(pid)` holds.
+fn pids_where(keep: impl Fn(u32) -> bool) -> Vec<u32> {
     std::fs::read_dir("/proc")
         .unwrap()
         .flatten()
         .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-            let cmd = String::from_utf8_lossy(&cmd);
-            cmd.starts_with("qemu-system-aarch64") && cmd.contains(needle)
-        })
+        .filter(|pid| keep(*pid))
         .collect()
+}
+
+/// QEMU processes whose command line mentions `needle`.
+fn qemus_with(needle: &str) -> Vec<u32> {
+    pids_where(|pid| {
+        let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let cmd = String::from_utf8_lossy(&cmd);
+        cmd.starts_with("qemu-system-aarch64") && cmd.contains(needle)
+    })
 }
 
 #[test]
@@ -169,19 +174,14 @@ fn ctrl_c_leaves_no_qemu_behind() {
     assert!(left.is_empty(), "QEMU left running: {left:?}");
 }
 
-/// QEMUs whose parent is `pid`.
-fn qemu_children(pid: u32) -> Vec<u32> {
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|q| {
-            let stat = std::fs::read_to_string(format!("/proc/{q}/stat")).unwrap_or_default();
-            // After "(comm)": state, then the parent's pid.
-            let ppid = stat.rsplit_once(") ").and_then(|(_, rest)| rest.split(' ').nth(1)?.parse::<u32>().ok());
-            ppid == Some(pid) && stat.contains("(qemu-system-aar")
-        })
-        .collect()
+/// QEMUs whose parent is `parent`.
+fn qemu_children(parent: u32) -> Vec<u32> {
+    pids_where(|q| {
+        let stat = std::fs::read_to_string(format!("/proc/{q}/stat")).unwrap_or_default();
+        // After "(comm)": state, then the parent's pid.
+        let ppid = stat.rsplit_once(") ").and_then(|(_, rest)| rest.split(' ').nth(1)?.parse::<u32>().ok());
+        ppid == Some(parent) && stat.contains("(qemu-system-aar")
+    })
 }
 
 /// A SIGTERM during the nightly's first stage ends the night there: no later stage boots, the
