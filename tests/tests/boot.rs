@@ -174,13 +174,15 @@ fn ctrl_c_leaves_no_qemu_behind() {
     assert!(left.is_empty(), "QEMU left running: {left:?}");
 }
 
-/// QEMUs whose parent is `parent`.
+/// Booting QEMUs (not a `--version` probe) whose parent is `parent`.
 fn qemu_children(parent: u32) -> Vec<u32> {
     pids_where(|q| {
         let stat = std::fs::read_to_string(format!("/proc/{q}/stat")).unwrap_or_default();
         // After "(comm)": state, then the parent's pid.
         let ppid = stat.rsplit_once(") ").and_then(|(_, rest)| rest.split(' ').nth(1)?.parse::<u32>().ok());
-        ppid == Some(parent) && stat.contains("(qemu-system-aar")
+        let cmd = std::fs::read(format!("/proc/{q}/cmdline")).unwrap_or_default();
+        let boots = cmd.split(|&b| b == 0).any(|a| a == b"-kernel");
+        ppid == Some(parent) && stat.contains("(qemu-system-aar") && boots
     })
 }
 
