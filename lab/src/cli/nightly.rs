@@ -104,6 +104,8 @@ pub struct Nightly {
     pub lab_commit: String,
     /// kcidb.json failed the schema check (kcidb-io's message).
     pub kcidb_error: Option<String>,
+    /// A Ctrl-C or SIGTERM ended the night early.
+    pub interrupted: bool,
 }
 
 impl Nightly {
@@ -126,6 +128,7 @@ impl Nightly {
             .chain([
                 if harness { Exit::HarnessError } else { Exit::Ok },
                 if regressed { Exit::TestFailure } else { Exit::Ok },
+                if self.interrupted { Exit::Interrupted } else { Exit::Ok },
             ])
             .max()
             .unwrap_or(Exit::Ok)
@@ -134,6 +137,9 @@ impl Nightly {
     /// Every reason to fail, one line each.
     pub fn failures(&self) -> Vec<String> {
         let mut f = vec![];
+        if self.interrupted {
+            f.push("interrupted (Ctrl-C or SIGTERM): the night ended with the boot it was in".to_string());
+        }
         for b in &self.builds {
             if let Some(e) = &b.error {
                 f.push(format!("kernel {}: {e}", b.flavor));
@@ -191,7 +197,12 @@ pub fn run(opts: &Opts) -> Result<Nightly> {
     progress::note(format!("nightly: reproduce ({:?} profile)", opts.profile));
     let rdir = opts.out.join("reproduce");
     let measure = RunOpts { tcg: opts.measure_tcg, ..opts.base.clone() };
-    let (repro, repro_err) = match reproduce::run(opts.profile, &measure, &rdir) {
+    let outcome = if crate::harness::run::interrupted() {
+        Err(anyhow::anyhow!("not run: interrupted"))
+    } else {
+        reproduce::run(opts.profile, &measure, &rdir)
+    };
+    let (repro, repro_err) = match outcome {
         Ok(r) => {
             for o in r.outcomes() {
                 copy_dir(&o.dir, &rdir.join(o.dir.file_name().unwrap_or_default()))?;
@@ -212,6 +223,7 @@ pub fn run(opts: &Opts) -> Result<Nightly> {
         wall_s: t0.elapsed().as_secs_f64(),
         lab_commit: lab_commit(),
         kcidb_error: None,
+        interrupted: crate::harness::run::interrupted(),
     };
     let lock = lock::Lock::load(&lock::Lock::path())?;
     let kcidb_file = opts.out.join("kcidb.json");
@@ -572,6 +584,28 @@ mod tests {
         assert_eq!(stage_append(FULL_ONLY_FLAVOR, "fuzz"), ["kunit.enable=0"]);
         assert!(stage_append(FULL_ONLY_FLAVOR, "kunit").is_empty());
         assert!(stage_append("debug", "conformance").is_empty());
+    }
+
+    #[test]
+    fn an_interrupted_night_exits_130_and_says_so() {
+        let mut n = Nightly {
+            builds: vec![],
+            stages: vec![],
+            reproduce: None,
+            reproduce_error: None,
+            metrics: Metrics::new(),
+            comparisons: vec![],
+            wall_s: 0.0,
+            lab_commit: String::new(),
+            kcidb_error: None,
+            interrupted: false,
+        };
+        assert_eq!((n.exit(), n.failures().len()), (Exit::Ok, 0));
+        // Interrupted during reproduce: its error alone would say "harness error" (203).
+        n.reproduce_error = Some("not run: interrupted".into());
+        n.interrupted = true;
+        assert_eq!(n.exit(), Exit::Interrupted);
+        assert!(n.failures()[0].starts_with("interrupted"), "{:?}", n.failures());
     }
 
     #[test]
