@@ -141,10 +141,20 @@ fn qemus_with(needle: &str) -> Vec<u32> {
     })
 }
 
-#[test]
-fn ctrl_c_leaves_no_qemu_behind() {
+/// The lab binary running `args`, its output discarded.
+fn spawn_lab(args: &[&str]) -> std::process::Child {
     let lab_bin = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/debug/lab");
     assert!(lab_bin.is_file(), "build the lab binary first (cargo build -p lab)");
+    std::process::Command::new(&lab_bin)
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+#[test]
+fn ctrl_c_leaves_no_qemu_behind() {
     let d = tempfile::tempdir().unwrap();
     let plan = d.path().join("long.toml");
     let marker = format!("ctrlc-{}", std::process::id());
@@ -153,12 +163,7 @@ fn ctrl_c_leaves_no_qemu_behind() {
         format!("name = \"{marker}\"\n[[steps]]\nname = \"wait\"\nargv = [\"/bin/sleep\", \"600\"]\ntimeout_s = 600\n"),
     )
     .unwrap();
-    let mut child = std::process::Command::new(&lab_bin)
-        .args(["run", "--plan", plan.to_str().unwrap()])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_lab(&["run", "--plan", plan.to_str().unwrap()]);
     // Wait until its QEMU runs (the run directory name carries the plan name).
     let t0 = Instant::now();
     while qemus_with(&marker).is_empty() {
@@ -190,16 +195,9 @@ fn qemu_children(parent: u32) -> Vec<u32> {
 /// exit says "interrupted" (130), and no QEMU is left.
 #[test]
 fn sigterm_ends_a_nightly_with_the_boot_it_was_in() {
-    let lab_bin = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/debug/lab");
-    assert!(lab_bin.is_file(), "build the lab binary first (cargo build -p lab)");
     let d = tempfile::tempdir().unwrap();
     let out = d.path().join("night");
-    let mut child = std::process::Command::new(&lab_bin)
-        .args(["nightly", "--profile", "quick", "--out", out.to_str().unwrap()])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_lab(&["nightly", "--profile", "quick", "--out", out.to_str().unwrap()]);
     let mut seen = std::collections::BTreeSet::new();
     let t0 = Instant::now();
     while seen.is_empty() {

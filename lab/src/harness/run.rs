@@ -212,12 +212,7 @@ fn drain(rx: &Receiver<Input>, monitor: &mut Monitor, out: &mut Outputs) {
 /// A `--board` for a run directory's name: a board file's stem, not its whole path (a deep
 /// path made names too long for the run's sockets).
 fn board_label(board: &str) -> &str {
-    let p = Path::new(board);
-    if board.ends_with(".toml") || board.contains('/') {
-        p.file_stem().and_then(|s| s.to_str()).unwrap_or(board)
-    } else {
-        board
-    }
+    Path::new(board).file_stem().and_then(|s| s.to_str()).unwrap_or(board)
 }
 
 /// Boots and follows one run of the plan `opts.plan` names. Never leaves QEMU running.

@@ -15,13 +15,14 @@ pub const MAX_SOCKET_PATH: usize = 107;
 #[derive(Clone, Debug)]
 pub struct SocketDir {
     dir: PathBuf,
-    run_dir: PathBuf,
     private: Option<Arc<Private>>,
 }
 
 #[derive(Debug)]
 struct Private {
     _tmp: tempfile::TempDir,
+    /// Where the links go.
+    run_dir: PathBuf,
     links: Mutex<Vec<PathBuf>>,
 }
 
@@ -39,7 +40,7 @@ impl SocketDir {
     /// else a private directory under `tmp`.
     pub fn for_run(run_dir: &Path, longest: &str, tmp: &Path) -> Result<SocketDir> {
         if fits(&run_dir.join(longest)) {
-            return Ok(SocketDir { dir: run_dir.to_path_buf(), run_dir: run_dir.to_path_buf(), private: None });
+            return Ok(SocketDir { dir: run_dir.to_path_buf(), private: None });
         }
         // TempDir makes it 0700 with a random name: no other user can connect or squat.
         let t = tempfile::Builder::new().prefix("lab-").tempdir_in(tmp).with_context(|| {
@@ -52,8 +53,8 @@ impl SocketDir {
             );
         }
         let dir = t.path().to_path_buf();
-        let private = Some(Arc::new(Private { _tmp: t, links: Mutex::new(vec![]) }));
-        Ok(SocketDir { dir, run_dir: run_dir.to_path_buf(), private })
+        let private = Private { _tmp: t, run_dir: run_dir.to_path_buf(), links: Mutex::new(vec![]) };
+        Ok(SocketDir { dir, private: Some(Arc::new(private)) })
     }
 
     /// The socket `name`'s path.
@@ -65,7 +66,7 @@ impl SocketDir {
     /// other files are. Called when QEMU starts, for the sockets it is given.
     pub fn link(&self, socket: &Path) -> Result<()> {
         let Some(private) = &self.private else { return Ok(()) };
-        let link = self.run_dir.join(socket.file_name().context("a socket path has a file name")?);
+        let link = private.run_dir.join(socket.file_name().context("a socket path has a file name")?);
         std::os::unix::fs::symlink(socket, &link)
             .with_context(|| format!("linking {} to {}", link.display(), socket.display()))?;
         private.links.lock().map_err(|_| anyhow::anyhow!("socket links poisoned"))?.push(link);
