@@ -91,11 +91,14 @@ impl Looper {
         handler: &SharedHandler,
     ) -> Result<()> {
         b.enter_looper()?;
-        let mut h = |b: &mut Binder, inc: &Incoming| handler(b, inc);
+        let mut h = |b: &mut Binder, inc: &Incoming| {
+            let reply = handler(b, inc);
+            // Before the reply goes out: see `ThreadPool::served`.
+            served.fetch_add(1, Ordering::SeqCst);
+            reply
+        };
         while !stop.load(Ordering::SeqCst) {
-            if b.serve_step(wait, &mut h)?.is_some() {
-                served.fetch_add(1, Ordering::Relaxed);
-            }
+            b.serve_step(wait, &mut h)?;
         }
         Ok(())
     }
@@ -104,9 +107,9 @@ impl Looper {
         &self.dev
     }
 
-    /// Transactions served so far.
+    /// Transactions handled so far, each counted before its reply is sent.
     pub fn served(&self) -> u64 {
-        self.served.load(Ordering::Relaxed)
+        self.served.load(Ordering::SeqCst)
     }
 
     /// Whether a thread ended (with an error) before `stop`.

@@ -114,9 +114,10 @@ impl ThreadPool {
         &self.inner.dev
     }
 
-    /// Transactions served so far.
+    /// Transactions handled so far. A call counts before its reply is sent, so every call
+    /// whose reply a caller has received is counted.
     pub fn served(&self) -> u64 {
-        self.inner.served.load(Ordering::Relaxed)
+        self.inner.served.load(Ordering::SeqCst)
     }
 
     /// BR_SPAWN_LOOPER returns received so far.
@@ -194,17 +195,20 @@ impl Inner {
         // Sent with the first read, as libbinder queues it in mOut.
         b.queue(if is_main { Command::EnterLooper } else { Command::RegisterLooper });
         let handler = self.handler.clone();
-        let mut h = |b: &mut Binder, inc: &Incoming| handler(b, inc);
+        let mut h = |b: &mut Binder, inc: &Incoming| {
+            let reply = handler(b, inc);
+            // Counted before the reply is sent, so a caller holding its reply sees its call
+            // in `served()`; counted after, the caller can run first (it often does when
+            // the driver wakes it on this CPU) and read one call short.
+            self.served.fetch_add(1, Ordering::SeqCst);
+            reply
+        };
         let r = loop {
             if self.stop.load(Ordering::SeqCst) {
                 break Ok(());
             }
-            match b.serve_step(None, &mut h) {
-                Ok(Some(_)) => {
-                    self.served.fetch_add(1, Ordering::Relaxed);
-                }
-                Ok(None) => {}
-                Err(e) => break Err(e),
+            if let Err(e) = b.serve_step(None, &mut h) {
+                break Err(e);
             }
             let spawned = (0..b.take_spawn_requests()).try_for_each(|_| {
                 self.spawn_requests.fetch_add(1, Ordering::Relaxed);
