@@ -54,10 +54,6 @@ pub struct CaseArgs {
     /// Leave this case out (repeatable).
     #[arg(long = "skip", value_name = "NAME")]
     pub skip: Vec<String>,
-    /// Run each selected case N times in one boot, stopping at its first failure (a
-    /// timing-dependent case shows in hundreds of runs; --repeat boots again each time).
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
-    pub runs: Option<u32>,
 }
 
 /// The conformance cases, one line each.
@@ -73,7 +69,6 @@ pub fn case_list() -> String {
 pub fn suite(args: &RunArgs, default_plan: &str, sel: &CaseArgs) -> Result<Exit> {
     let opts = args.opts(default_plan)?;
     let plan = adhoc::select_cases(&crate::harness::opts::load_plan(&opts.plan)?, &sel.cases, &sel.skip)?;
-    let plan = adhoc::case_runs(&plan, sel.runs.unwrap_or(1))?;
     let o = report::run_plan(&plan, &opts)?;
     print!("{}", report::case_table(&o));
     println!(
@@ -104,7 +99,6 @@ pub fn suite(args: &RunArgs, default_plan: &str, sel: &CaseArgs) -> Result<Exit>
 impl CaseArgs {
     fn cli_args(&self) -> Vec<String> {
         let c = self.cases.iter().flat_map(|n| ["--case".to_string(), n.clone()]);
-        let runs = self.runs.iter().flat_map(|n| ["--runs".to_string(), n.to_string()]);
-        c.chain(self.skip.iter().flat_map(|n| ["--skip".to_string(), n.clone()])).chain(runs).collect()
+        c.chain(self.skip.iter().flat_map(|n| ["--skip".to_string(), n.clone()])).collect()
     }
 }

@@ -46,7 +46,7 @@ pub fn select_cases(plan: &Plan, cases: &[String], skip: &[String]) -> anyhow::R
     let mut p = plan.clone();
     let mut found = false;
     for s in &mut p.steps {
-        if is_conformance(s) {
+        if s.argv.first().is_some_and(|a| a.rsplit('/').next() == Some("binder-conformance")) {
             found = true;
             s.argv.extend(cases.iter().flat_map(|c| ["--case".to_string(), c.clone()]));
             s.argv.extend(skip.iter().flat_map(|c| ["--skip".to_string(), c.clone()]));
@@ -56,29 +56,6 @@ pub fn select_cases(plan: &Plan, cases: &[String], skip: &[String]) -> anyhow::R
         anyhow::bail!("plan {:?} has no binder-conformance step for --case/--skip to select in", plan.name);
     }
     Ok(p)
-}
-
-/// `plan` with each `binder-conformance` step running every case `runs` times in its boot
-/// (the guest's `--runs`), its timeout scaled to match.
-pub fn case_runs(plan: &Plan, runs: u32) -> anyhow::Result<Plan> {
-    let mut p = plan.clone();
-    if runs <= 1 {
-        return Ok(p);
-    }
-    let mut found = false;
-    for s in p.steps.iter_mut().filter(|s| is_conformance(s)) {
-        found = true;
-        s.argv.extend(["--runs".to_string(), runs.to_string()]);
-        s.timeout_s = s.timeout_s.saturating_mul(u64::from(runs));
-    }
-    if !found {
-        anyhow::bail!("plan {:?} has no binder-conformance step for --runs to repeat cases in", plan.name);
-    }
-    Ok(p)
-}
-
-fn is_conformance(s: &Step) -> bool {
-    s.argv.first().is_some_and(|a| a.rsplit('/').next() == Some("binder-conformance"))
 }
 
 /// The conformance cases that failed in a run, each once (for a reproducer per case).
@@ -192,22 +169,6 @@ mod tests {
             .to_string()
             .contains("no binder-conformance"));
         assert_eq!(select_cases(&other, &[], &[]).unwrap(), other);
-    }
-
-    #[test]
-    fn case_runs_repeats_inside_the_conformance_step() {
-        let plan = crate::harness::opts::load_plan("conformance").unwrap();
-        assert_eq!(case_runs(&plan, 1).unwrap(), plan);
-        let p = case_runs(&plan, 200).unwrap();
-        let (before, after) = (&plan.steps[0], &p.steps[0]);
-        assert_eq!(after.argv[after.argv.len() - 2..], ["--runs", "200"]);
-        assert_eq!(after.timeout_s, before.timeout_s * 200);
-        let other = Plan {
-            name: "x".into(),
-            steps: vec![Step { name: "a".into(), ..Default::default() }],
-            ..Default::default()
-        };
-        assert!(case_runs(&other, 2).unwrap_err().to_string().contains("no binder-conformance step"));
     }
 
     #[test]

@@ -4,11 +4,7 @@
 //! case are checked for splats, which fail that case.
 //!
 //! `binder-conformance [--case NAME]... [--skip NAME]... [--list] [--stress-seconds S]
-//! [--seed N] [--device PATH] [--defer-tc-switch PATH] [--prio-switch PATH] [--runs N]`
-//!
-//! `--runs N` runs each selected case N times in a row in this boot and reports it once: a
-//! pass when every run passed, else the first failing run's message (a case that depends on
-//! timing shows in a few hundred runs, where boots would take hours).
+//! [--seed N] [--device PATH] [--defer-tc-switch PATH] [--prio-switch PATH]`
 //!
 //! The last case, `leaks`, compares binderfs `binder_logs/stats` (and `state`) from
 //! before the first case with after the last: no process, thread, node, ref or buffer
@@ -86,14 +82,13 @@ struct Args {
     cases: Vec<String>,
     skip: Vec<String>,
     list: bool,
-    runs: u32,
     ctx: Ctx,
 }
 
 fn usage() -> ! {
     eprintln!(
         "usage: binder-conformance [--case NAME]... [--skip NAME]... [--list] [--stress-seconds S] [--seed N] \
-         [--device PATH] [--defer-tc-switch PATH] [--prio-switch PATH] [--runs N]"
+         [--device PATH] [--defer-tc-switch PATH] [--prio-switch PATH]"
     );
     std::process::exit(2);
 }
@@ -104,7 +99,6 @@ fn parse_args() -> Args {
         cases: vec![],
         skip: vec![],
         list: false,
-        runs: 1,
         ctx: Ctx {
             dev: binder::DEFAULT_DEVICE.into(),
             driver: Driver::detect(),
@@ -128,7 +122,6 @@ fn parse_args() -> Args {
             "--seed" => a.ctx.seed = parse_u64(&val()).unwrap_or_else(|| usage()),
             "--defer-tc-switch" => a.ctx.defer_tc_switch = val(),
             "--prio-switch" => a.ctx.prio_switch = val(),
-            "--runs" => a.runs = val().parse().ok().filter(|n| *n >= 1).unwrap_or_else(|| usage()),
             _ => usage(),
         }
     }
@@ -192,36 +185,6 @@ fn run_case(case: &Case, ctx: &Ctx) -> (Status, Option<String>, Data) {
         return (Status::Fail, Some(format!("case process exited with status {exit:?}")), data);
     }
     (status, message, data)
-}
-
-/// [`run_case`] up to `runs` times, until the first failure. With more than one run the
-/// data says how many ran and the message names the failing run.
-fn run_case_times(case: &Case, ctx: &Ctx, runs: u32, baseline: &[i32]) -> (Status, Option<String>, Data) {
-    let mut last = (Status::Pass, None, Data::new());
-    let mut baseline = baseline.to_vec();
-    for run in 1..=runs {
-        last = run_case(case, ctx);
-        if runs == 1 {
-            return last;
-        }
-        let (status, message, data) = &mut last;
-        data.insert("runs".into(), json!({"done": run, "asked": runs}));
-        if *status == Status::Fail {
-            *message = Some(format!("run {run} of {runs}: {}", message.as_deref().unwrap_or("failed")));
-            return last;
-        }
-        // Each run starts as the first did: the previous run's processes released, but for
-        // a documented leak (see `known_leak_pids` in main).
-        if let Some(pids) = data.get("known_leak_pids").and_then(|v| v.as_array()) {
-            baseline.extend(pids.iter().filter_map(|p| p.as_i64()).map(|p| p as i32));
-        }
-        wait_released(&baseline, RELEASE_WAIT);
-    }
-    if last.0 == Status::Pass {
-        let m = last.1.take().map(|m| format!("; last run: {m}")).unwrap_or_default();
-        last.1 = Some(format!("{runs}/{runs} runs passed{m}"));
-    }
-    last
 }
 
 /// Waits until the binder processes of finished cases are gone from binder_logs/stats
@@ -348,7 +311,7 @@ fn main() {
             k.read_new();
         }
         let t0 = Instant::now();
-        let (mut status, mut message, mut data) = run_case_times(case, ctx, args.runs, &baseline);
+        let (mut status, mut message, mut data) = run_case(case, ctx);
         let elapsed = t0.elapsed();
         // A documented leak of this driver (fd_cycle_leak on the C driver) stays for the rest
         // of the suite; later cases and `leaks` do not count it again.
