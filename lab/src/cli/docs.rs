@@ -410,25 +410,27 @@ mod tests {
         assert!(r.contains("| `cargo make run-qemu` | `lab run` |"), "{r}");
     }
 
-    /// A scratch book with one good and three broken links; the check must name each.
+    /// A scratch book and README with good links and five problems; the check must name each.
     #[test]
     fn link_check_finds_broken_links_and_anchors() {
         let d = tempfile::tempdir().unwrap();
         let root = d.path();
         std::fs::create_dir_all(root.join("docs/src/guide")).unwrap();
-        std::fs::write(root.join("docs/book.toml"), "[book]\ntitle = \"t\"\n").unwrap();
-        std::fs::write(root.join("docs/src/SUMMARY.md"), "# S\n\n- [A](a.md)\n- [B](guide/b.md)\n").unwrap();
-        std::fs::write(
-            root.join("docs/src/a.md"),
-            "# A\n\n[ok](guide/b.md#second-part) [gone](guide/missing.md) [bad anchor](guide/b.md#nope)\n",
-        )
-        .unwrap();
-        std::fs::write(root.join("docs/src/guide/b.md"), "# B\n\n## Second part\n\n[up](../../../x.md)\n").unwrap();
-        std::fs::write(
-            root.join("README.md"),
-            "[b](docs/src/guide/b.md#second-part) [c](docs/src/guide/b.md#zz) [d](NOPE.md) `[e](f.md)`\n",
-        )
-        .unwrap();
+        for (path, text) in [
+            ("docs/book.toml", "[book]\ntitle = \"t\"\n"),
+            ("docs/src/SUMMARY.md", "# S\n\n- [A](a.md)\n- [B](guide/b.md)\n"),
+            (
+                "docs/src/a.md",
+                "# A\n\n[ok](guide/b.md#second-part) [gone](guide/missing.md) [bad anchor](guide/b.md#nope)\n",
+            ),
+            ("docs/src/guide/b.md", "# B\n\n## Second part\n\n[up](../../../x.md)\n"),
+            (
+                "README.md",
+                "[b](docs/src/guide/b.md#second-part) [c](docs/src/guide/b.md#zz) [d](NOPE.md) `[e](f.md)`\n",
+            ),
+        ] {
+            std::fs::write(root.join(path), text).unwrap();
+        }
         let out = root.join("out");
         build(&root.join("docs"), &out).unwrap();
         let p = link_problems(root, &out).unwrap();
