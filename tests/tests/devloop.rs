@@ -232,8 +232,8 @@ fn lava_run_reports_the_default_plan_like_lab_run() {
 }
 
 #[test]
-#[ignore = "cross-builds rsbinder from crates.io (a few minutes): cargo test -p lab-tests --test devloop -- --ignored readme"]
-fn readme_rsbinder_client_builds_and_runs() {
+#[ignore = "cross-builds rsbinder from crates.io (a few minutes): cargo test -p lab-tests --test devloop -- --ignored own_client"]
+fn own_client_rsbinder_recipe_builds_and_runs() {
     // The own-client recipe's files, taken from the documentation page itself.
     let dir = tempfile::tempdir().unwrap();
     for (name, body) in own_client_recipe() {
