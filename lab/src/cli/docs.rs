@@ -6,7 +6,7 @@
 
 use crate::harness::outcome::Exit;
 use crate::support::{paths, progress};
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::CommandFactory;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -68,8 +68,17 @@ pub fn reference_problem(repo: &Path) -> Option<String> {
     ))
 }
 
-/// Builds the book whose book.toml is in `root` into `out` (HTML).
+/// Builds the book whose book.toml is in `root` into `out` (HTML). mdBook empties its
+/// output directory first, so a non-empty `out` that is not a built book is refused.
 pub fn build(root: &Path, out: &Path) -> Result<()> {
+    let holds_other_files = std::fs::read_dir(out).is_ok_and(|mut d| d.next().is_some());
+    if holds_other_files && !out.join("toc.html").exists() {
+        bail!(
+            "{} is not empty and holds no built book: mdBook empties its output directory, so give \
+             --out a new or empty directory",
+            out.display()
+        );
+    }
     let mut book = mdbook_driver::MDBook::load(root).map_err(|e| anyhow::anyhow!("{e:#}"))?;
     book.config.build.build_dir = out.to_path_buf();
     book.build()
@@ -408,6 +417,15 @@ mod tests {
         assert!(r.contains("## lab conformance\n") && r.contains("- `--runs <N>`"), "{r}");
         assert!(r.contains("env `LAB_BOARD`; default `sa8155p`"), "{r}");
         assert!(r.contains("| `cargo make run-qemu` | `lab run` |"), "{r}");
+    }
+
+    #[test]
+    fn build_refuses_to_empty_a_directory_that_is_not_a_book() {
+        let out = tempfile::tempdir().unwrap();
+        std::fs::write(out.path().join("keep.txt"), "mine").unwrap();
+        let e = build(&paths::repo().join("docs"), out.path()).unwrap_err().to_string();
+        assert!(e.contains("not empty and holds no built book"), "{e}");
+        assert!(out.path().join("keep.txt").exists());
     }
 
     /// A scratch book and README with good links and five problems; the check must name each.
