@@ -206,10 +206,20 @@ fn arg_item(s: &mut String, a: &clap::Arg) {
     if !defaults.is_empty() && takes_value {
         notes.push(format!("default `{}`", defaults.join(",")));
     }
-    let values: Vec<String> =
-        a.get_possible_values().iter().filter(|v| !v.is_hide_set()).map(|v| format!("`{}`", v.get_name())).collect();
-    if !values.is_empty() && takes_value {
-        notes.push(format!("one of {}", values.join(", ")));
+    let names: Vec<String> =
+        a.get_possible_values().iter().filter(|v| !v.is_hide_set()).map(|v| v.get_name().to_string()).collect();
+    // Boards and plans come from files that features add often (and a path is accepted
+    // too): the reference names the listing instead, so a new plan needs no regeneration.
+    let listed = |kind, what| {
+        let catalogue: Vec<String> = super::catalog::entries(kind).into_iter().map(|e| e.name).collect();
+        (!names.is_empty() && names == catalogue).then(|| format!("a name from `lab list {what}`, or a path"))
+    };
+    if let Some(note) =
+        listed(super::catalog::Kind::Boards, "boards").or_else(|| listed(super::catalog::Kind::Plans, "plans"))
+    {
+        notes.push(note);
+    } else if !names.is_empty() && takes_value {
+        notes.push(format!("one of {}", names.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ")));
     }
     if a.get_long().is_some() && matches!(a.get_action(), clap::ArgAction::Append) {
         notes.push("repeatable".into());
@@ -415,7 +425,8 @@ mod tests {
         // The run options are written once, with their env and default.
         assert_eq!(r.matches("- `--board <BOARD>`").count(), 1, "{r}");
         assert!(r.contains("## lab conformance\n") && r.contains("- `--runs <N>`"), "{r}");
-        assert!(r.contains("env `LAB_BOARD`; default `sa8155p`"), "{r}");
+        assert!(r.contains("env `LAB_BOARD`; default `sa8155p`; a name from `lab list boards`, or a path"), "{r}");
+        assert!(r.contains("one of `multi`, `single`, `icount`, `hicount`"), "{r}");
         assert!(r.contains("| `cargo make run-qemu` | `lab run` |"), "{r}");
     }
 
