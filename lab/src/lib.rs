@@ -9,7 +9,7 @@
 //! cli → measure → report → harness → kbuild → provision → support
 //! ```
 //!
-//! `measure` and `report` sit side by side in the README's picture (both read a run's
+//! `measure` and `report` sit side by side in ARCHITECTURE.md's picture (both read a run's
 //! outcome); measure also uses report to run a plan with its reports, never the reverse.
 
 pub mod cli;

@@ -57,8 +57,8 @@ fn kernel_panic_is_reported_with_its_text() {
     assert!(latency <= 5.0, "panic reported {latency:.1} s after it was seen");
 }
 
-/// `lab`'s exit codes tell a kernel fault and a harness error from a failed test (README,
-/// "Exit codes").
+/// `lab`'s exit codes tell a kernel fault and a harness error from a failed test
+/// (docs/src/reference/exit-codes.md).
 #[test]
 fn exit_codes_name_the_failure() {
     let status = |args: &[&str]| {

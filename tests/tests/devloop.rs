@@ -1,6 +1,6 @@
 //! The driver developer's tools, end to end on the real kernel: --trace, the binderfs
 //! selftest, --gdb with `lab gdb`'s gdb, LAVA's lava-run, a user's own crate. The slow or
-//! extra-install ones are `#[ignore]`d with the reason and run by name (README: "slower tests").
+//! extra-install ones are `#[ignore]`d with the reason and run by name (docs/src/guide/ci.md: "Slower tests").
 
 use lab::harness::gdb;
 use lab::harness::opts::RunOpts;
@@ -158,7 +158,7 @@ fn gdb_reads_rust_binder_arguments_with_dwarf() {
         "-ex",
         "info args",
         // The lx-* helpers are C (`(char *)linux_banner`): in a Rust frame gdb parses them as
-        // Rust, so run them from the C caller's frame (README "Debugging").
+        // Rust, so run them from the C caller's frame (docs/src/guide/debugging.md).
         "-ex",
         "up",
         "-ex",
@@ -232,24 +232,14 @@ fn lava_run_reports_the_default_plan_like_lab_run() {
 }
 
 #[test]
-#[ignore = "cross-builds rsbinder from crates.io (a few minutes): cargo test -p lab-tests --test devloop -- --ignored readme"]
-fn readme_rsbinder_client_builds_and_runs() {
-    // The README's "Bring your own client" files, taken from the README itself.
-    let readme = std::fs::read_to_string(paths::repo().join("README.md")).unwrap();
-    let sec = &readme[readme.find("## Bring your own client").unwrap()..readme.find("## LAVA").unwrap()];
+#[ignore = "cross-builds rsbinder from crates.io (a few minutes): cargo test -p lab-tests --test devloop -- --ignored own_client"]
+fn own_client_rsbinder_recipe_builds_and_runs() {
+    // The own-client recipe's files, taken from the documentation page itself.
     let dir = tempfile::tempdir().unwrap();
-    let mut rest = sec;
-    while let Some(i) = rest.find("\n`") {
-        rest = &rest[i + 2..];
-        let name = &rest[..rest.find('`').unwrap()];
-        let Some(code) = rest.find(":\n\n```").map(|j| &rest[j + 3..]) else { continue };
-        let body = &code[code.find('\n').unwrap() + 1..code.find("\n```").unwrap() + 1];
-        let file = !name.contains(' ') && [".toml", ".rs", ".aidl"].iter().any(|x| name.ends_with(x));
-        if file {
-            let p = dir.path().join(name);
-            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-            std::fs::write(p, body).unwrap();
-        }
+    for (name, body) in own_client_recipe() {
+        let p = dir.path().join(name);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, body).unwrap();
     }
     let bins = rootfs::build_user_crate(&dir.path().join("hello-binder/Cargo.toml")).unwrap();
     assert_eq!(bins.len(), 2, "{bins:?}");
@@ -262,4 +252,41 @@ fn readme_rsbinder_client_builds_and_runs() {
     let out = run::run(&o).unwrap();
     assert_ok(&out);
     assert_eq!(status(&out, "echo"), Some((Status::Pass, Some("hello from rsbinder".into()))));
+}
+
+/// The files of docs/src/guide/own-client.md: each "`path`:" line followed by a code block.
+fn own_client_recipe() -> Vec<(String, String)> {
+    let page = std::fs::read_to_string(paths::repo().join(OWN_CLIENT_PAGE)).unwrap();
+    let mut files = vec![];
+    let mut rest = page.as_str();
+    while let Some(i) = rest.find("\n`") {
+        rest = &rest[i + 2..];
+        let name = &rest[..rest.find('`').unwrap()];
+        let Some(code) = rest.find(":\n\n```").map(|j| &rest[j + 3..]) else { continue };
+        let body = &code[code.find('\n').unwrap() + 1..code.find("\n```").unwrap() + 1];
+        if !name.contains(' ') && [".toml", ".rs", ".aidl"].iter().any(|x| name.ends_with(x)) {
+            files.push((name.to_string(), body.to_string()));
+        }
+    }
+    files
+}
+
+const OWN_CLIENT_PAGE: &str = "docs/src/guide/own-client.md";
+
+/// The slow test above builds what the page shows; this fast one keeps the page parseable
+/// (a moved page or a renamed file fails here, not only under --ignored).
+#[test]
+fn own_client_recipe_has_its_files() {
+    let names: Vec<String> = own_client_recipe().into_iter().map(|(n, _)| n).collect();
+    for want in [
+        "hello-binder/Cargo.toml",
+        "hello-binder/aidl/hello/IHello.aidl",
+        "hello-binder/build.rs",
+        "hello-binder/src/lib.rs",
+        "hello-binder/src/bin/hello-server.rs",
+        "hello-binder/src/bin/hello-client.rs",
+        "hello.toml",
+    ] {
+        assert!(names.iter().any(|n| n == want), "{OWN_CLIENT_PAGE} lost {want}: {names:?}");
+    }
 }

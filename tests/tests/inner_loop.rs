@@ -44,7 +44,7 @@ fn guest_exit_code_and_output_reach_the_host() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(7), "stdout:\n{stdout}\nstderr:\n{stderr}");
     assert!(stdout.lines().any(|l| l == "from-the-guest"), "{stdout}");
-    // What `cargo make run-qemu` shows above its own "exit code: 105" (README).
+    // What `cargo make run-qemu` shows above its own "exit code: 105" (docs/src/guide/inner-loop.md).
     assert!(stderr.contains("lab: exit code 7; reproduce:"), "{stderr}");
     // A ';' would be split by cargo-make: the reproducer goes through lab.sh.
     assert!(stderr.contains("reproduce: ./lab.sh run -- /bin/sh -c 'echo from-the-guest; exit 7'"), "{stderr}");

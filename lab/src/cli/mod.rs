@@ -5,6 +5,7 @@ pub mod args;
 pub mod bench;
 pub mod catalog;
 pub mod compare;
+pub mod docs;
 pub mod gdb;
 pub mod guest_build;
 pub mod kernel;
@@ -70,7 +71,7 @@ pub enum Cmd {
     /// Discard the QEMU tree's work and re-apply qemu/ from scratch.
     QemuReset,
     /// Boot a board, run a plan (or one command: `lab run [OPTIONS] -- CMD ARGS...`), print
-    /// the summary. Exit code: 0, or the first failure's (README "Exit codes"); with a
+    /// the summary. Exit code: 0, or the first failure's (docs/src/reference/exit-codes.md); with a
     /// command, the command's own exit code.
     Run {
         #[command(flatten)]
@@ -215,6 +216,9 @@ pub enum Cmd {
         #[command(flatten)]
         run: RunArgs,
     },
+    /// Build the documentation book (docs/) into target/lab/book and check it: every internal
+    /// link, and that the command reference matches these definitions.
+    Docs(docs::DocsArgs),
     /// Compare two nightly.json files (baseline, current) with the nightly's regression rule.
     Compare {
         baseline: std::path::PathBuf,
@@ -321,6 +325,7 @@ pub fn execute(cmd: Cmd) -> Result<Exit> {
         }
         Cmd::Compare { baseline, current, threshold } => compare::run(&baseline, &current, threshold),
         Cmd::Profile { profile: p, run } => profile::run(&run, &p),
+        Cmd::Docs(args) => docs::run(&args),
     }
 }
 
@@ -338,9 +343,13 @@ mod tests {
     use clap::CommandFactory;
 
     #[test]
-    fn readme_installs_completions_that_bash_loads() {
-        let readme = std::fs::read_to_string(crate::support::paths::repo().join("README.md")).unwrap();
-        let line = readme.lines().find(|l| l.contains("completions bash >")).expect("README: how to install them");
+    fn docs_install_completions_that_bash_loads() {
+        let page = crate::support::paths::repo().join("docs/src/guide/running.md");
+        let text = std::fs::read_to_string(&page).unwrap();
+        let line = text
+            .lines()
+            .find(|l| l.contains("completions bash >"))
+            .expect("docs/src/guide/running.md: how to install them");
         assert!(line.contains("~/.local/share/bash-completion/completions/lab"), "{line}");
         let d = tempfile::tempdir().unwrap();
         let f = d.path().join("lab");

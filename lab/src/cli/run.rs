@@ -1,5 +1,5 @@
 //! `lab run`, `lab conformance` and `lab fuzz`: one run of a plan (or of one command), its
-//! summary (and per-case table); the exit code says what failed (README "Exit codes").
+//! summary (and per-case table); the exit code says what failed (docs/src/reference/exit-codes.md).
 
 use crate::cli::args::RunArgs;
 use crate::harness::adhoc;

@@ -5,7 +5,7 @@ use labproto::{Event, Status};
 use serde::Serialize;
 use std::path::PathBuf;
 
-/// What `lab` exits with (README, "Exit codes"). The harness's own codes sit above 200:
+/// What `lab` exits with (docs/src/reference/exit-codes.md). The harness's own codes sit above 200:
 /// outside what shell commands use (0-125, 126/127, 128+signal), so that a guest command's
 /// own exit code (`lab run -- CMD`) can pass through unchanged. Ordered by severity: when
 /// several apply, the highest wins.

@@ -125,8 +125,8 @@ pub fn invalid_handle(ctx: &Ctx, data: &mut Data) -> CaseResult {
     let r = m.call(0, 1, &Parcel::from_bytes(b"self")).map(Some);
     rejected(&mut log, "context manager calling handle 0 (itself)", r)?;
     drop(m);
-    // Another fd of the manager's process calling handle 0. The drivers differ (README,
-    // "C vs Rust driver differences"): the C driver refuses it by pid, with BR_FAILED_REPLY
+    // Another fd of the manager's process calling handle 0. The drivers differ (docs/src/guide/
+    // conformance-and-fuzz.md, "C vs Rust driver differences"): the C driver refuses it by pid, with BR_FAILED_REPLY
     // and "got transaction to context manager from process owning it" in its log (EINVAL
     // in the extended error); the Rust driver refuses only the manager's own binder_proc
     // (its fd), so the call reaches the manager.

@@ -43,7 +43,7 @@ pub fn binder_version(ctx: &Ctx, data: &mut Data) -> CaseResult {
     check!(v2 == v, "second fd reports version {v2}");
     // SAFETY: the pointer is a PROT_NONE page: the kernel's copy fails, nothing is written.
     let r = unsafe { a.ioctl_raw(BINDER_VERSION, bad_ptr() as *mut libc::c_void) };
-    // The drivers differ (README, "C vs Rust driver differences"): the C driver turns the
+    // The drivers differ (docs/src/guide/conformance-and-fuzz.md, "C vs Rust driver differences"): the C driver turns the
     // failed put_user into EINVAL, the Rust driver returns the copy's EFAULT.
     let want = match ctx.driver {
         Driver::C => libc::EINVAL,

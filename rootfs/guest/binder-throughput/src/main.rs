@@ -11,7 +11,7 @@
 //! Options: `-w N` (2), `-i N` (10000), `-s BYTES` (0), `-p` (client/server pairs), `-t N`
 //! (N warm-up iterations first), `--threads N` (fixed pool), `--ctabs-mode N`,
 //! `--defer-tc 0|1` (the lab-only rust-driver/lab/ series: deferral of BR_TRANSACTION_COMPLETE off/on;
-//! the value in effect is recorded as "defer_tc"). README.md lists what still differs from
+//! the value in effect is recorded as "defer_tc"). docs/src/guide/bench.md lists what still differs from
 //! the original.
 
 use benchkit::proc::{fork, Chan, Child};

@@ -18,7 +18,7 @@
 //! Options: `-i N` (100, as schd-dbg), `--pair N` (1), `-s BYTES` (16, at least 8),
 //! `--threads N` (a fixed pool of N loopers instead of libbinder's), `--ctabs-mode N`,
 //! `--prio-inherit 0|1` (set for this run, then restored), `--inherit-rt`.
-//! README.md lists what still differs from the original.
+//! docs/src/guide/bench.md lists what still differs from the original.
 
 use benchkit::proc::{fork, Chan, Child};
 use benchkit::stats::{clusters, Tier};
