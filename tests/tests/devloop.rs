@@ -7,18 +7,11 @@ use lab::harness::opts::RunOpts;
 use lab::harness::outcome::Outcome;
 use lab::report::{self as run, summary::summary};
 use lab::support::paths;
+use lab_tests::{assert_ok, opts};
 use labproto::Status;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-fn opts(plan: &str) -> RunOpts {
-    RunOpts { plan: plan.into(), ..Default::default() }
-}
-
-fn assert_ok(o: &Outcome) {
-    assert!(o.ok(), "run failed:\n{}", summary(o));
-}
 
 fn status(o: &Outcome, case: &str) -> Option<(Status, Option<String>)> {
     o.results().find(|(_, c, _, _)| *c == case).map(|(_, _, s, m)| (s, m.map(String::from)))

@@ -7,6 +7,7 @@ use lab::harness::outcome::Outcome;
 use lab::harness::qemu::Tcg;
 use lab::kbuild::qemu::Choice;
 use lab::report::{self as run, summary::summary};
+use lab_tests::assert_ok;
 
 /// sa8155p with every cluster at the gold's speed: same- and cross-cluster calls then differ
 /// only in where the other CPU sits, not in how fast it runs.
@@ -31,7 +32,7 @@ fn sharing(board: &str, cache: bool, plugins: Vec<String>) -> Outcome {
         ..Default::default()
     };
     let o = run::run(&opts).unwrap();
-    assert!(o.ok(), "{}", summary(&o));
+    assert_ok(&o);
     o
 }
 
