@@ -272,28 +272,41 @@ fn cycle_checker_finds_a_cycle() {
     assert_eq!(crate_paths("crate::{a::b, c::{d, e}}"), [vec!["a", "b"], vec!["c", "d"], vec!["c", "e"]]);
 }
 
-#[test]
-fn stage_imports_point_down() {
+/// lab/src, and its files as (path below it, first component: the stage folder or a root
+/// file), sorted.
+fn lab_files() -> (PathBuf, Vec<(PathBuf, String)>) {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut files = vec![];
     rust_files(&src, &mut files);
     files.sort();
+    let rels = files
+        .iter()
+        .map(|f| {
+            let rel = f.strip_prefix(&src).unwrap().to_path_buf();
+            let first = rel.components().next().unwrap().as_os_str().to_string_lossy().into_owned();
+            (rel, first)
+        })
+        .collect();
+    (src, rels)
+}
+
+#[test]
+fn stage_imports_point_down() {
+    let (src, files) = lab_files();
     let mut problems = vec![];
-    for f in &files {
-        let rel = f.strip_prefix(&src).unwrap();
-        let first = rel.components().next().unwrap().as_os_str().to_string_lossy().into_owned();
+    for (rel, first) in &files {
         if rel.components().count() == 1 {
             if !ROOT_FILES.contains(&first.as_str()) {
                 problems.push(format!("{}: a module outside the stage folders; move it into one", rel.display()));
             }
             continue;
         }
-        if rank(&first).is_none() {
+        if rank(first).is_none() {
             problems.push(format!("{}: {first}/ is no stage ({})", rel.display(), STAGES.join(", ")));
             continue;
         }
-        let text = std::fs::read_to_string(f).unwrap();
-        problems.extend(violations(&first, &text).into_iter().map(|v| format!("{}: {v}", rel.display())));
+        let text = std::fs::read_to_string(src.join(rel)).unwrap();
+        problems.extend(violations(first, &text).into_iter().map(|v| format!("{}: {v}", rel.display())));
     }
     assert!(files.len() > 20, "found only {} files under {}", files.len(), src.display());
     assert!(
@@ -301,6 +314,47 @@ fn stage_imports_point_down() {
         "imports against cli → measure → report → harness → kbuild → provision → support:\n{}",
         problems.join("\n")
     );
+}
+
+/// `print!`-family calls in `src` (comments, strings and test modules left out), each as
+/// "macro at line N".
+fn prints(src: &str) -> Vec<String> {
+    let lib = src.split("#[cfg(test)]").next().unwrap_or_default();
+    let mut out = vec![];
+    for (n, line) in code_only(lib).lines().enumerate() {
+        for mac in ["print!", "println!", "eprint!", "eprintln!", "dbg!"] {
+            let hit = line
+                .match_indices(mac)
+                .any(|(i, _)| !line[..i].chars().next_back().is_some_and(|c| c.is_alphanumeric() || c == '_'));
+            if hit {
+                out.push(format!("{mac} at line {}", n + 1));
+            }
+        }
+    }
+    out
+}
+
+/// Library code (every stage but cli) never prints: notes, the live console and a step's
+/// streamed output go through `support::progress`, whose reporter the caller chooses.
+#[test]
+fn library_code_never_prints() {
+    let (src, files) = lab_files();
+    let mut problems = vec![];
+    for (rel, first) in &files {
+        if rank(first).is_none() || first == "cli" || rel == Path::new("support/progress.rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(src.join(rel)).unwrap();
+        problems.extend(prints(&text).into_iter().map(|p| format!("{}: {p}", rel.display())));
+    }
+    assert!(problems.is_empty(), "library code prints; use support::progress instead:\n{}", problems.join("\n"));
+}
+
+#[test]
+fn print_checker_sees_prints_outside_tests() {
+    assert_eq!(prints("fn f() {\n    eprintln!(\"x\");\n}\n"), ["eprintln! at line 2"]);
+    assert_eq!(prints("let s = \"println!\"; // print!(x)\nsprint!(y);\n"), Vec::<String>::new());
+    assert!(prints("fn f() {}\n#[cfg(test)]\nmod tests { fn t() { println!(\"ok\"); } }\n").is_empty());
 }
 
 #[test]

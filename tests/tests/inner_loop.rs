@@ -29,7 +29,7 @@ fn step_starts(o: &Outcome) -> Vec<String> {
 
 fn command(argv: &[&str], opts: &RunOpts) -> Outcome {
     let argv: Vec<String> = argv.iter().map(|s| s.to_string()).collect();
-    report::run_plan(&adhoc::command_plan(&argv, 60), opts).unwrap()
+    report::run_plan_and_report(&adhoc::command_plan(&argv, 60), opts).unwrap()
 }
 
 #[test]
@@ -100,7 +100,7 @@ fn repeat_and_until_fail_stay_in_one_boot() {
 #[test]
 fn conformance_case_repeats_20_times_in_one_boot() {
     let plan = adhoc::select_cases(&load_plan("conformance").unwrap(), &["tc_deferral".into()], &[]).unwrap();
-    let o = report::run_plan(&plan, &RunOpts { repeat: 20, ..Default::default() }).unwrap();
+    let o = report::run_plan_and_report(&plan, &RunOpts { repeat: 20, ..Default::default() }).unwrap();
     assert_ok(&o);
     let runs: Vec<&str> = o.results().filter(|r| r.1 == "tc_deferral" && r.2 == Status::Pass).map(|r| r.0).collect();
     assert_eq!(runs.len(), 20, "{runs:?}");
@@ -112,7 +112,7 @@ fn conformance_case_repeats_20_times_in_one_boot() {
 #[test]
 fn smp_and_memory_overrides_boot_a_smaller_soc() {
     let opts = RunOpts { smp: Some(5), memory: Some("1G".into()), ..Default::default() };
-    let o = report::run(&opts).unwrap();
+    let o = report::run_and_report(&opts).unwrap();
     assert_ok(&o);
     let cpus = o.data("topology").unwrap()["cpus"].as_array().unwrap().clone();
     let caps: Vec<u64> = cpus.iter().map(|c| c["capacity"].as_u64().unwrap()).collect();
@@ -137,7 +137,7 @@ fn kunit_filter_selects_suites() {
         append: vec!["kunit.filter_glob=rust_binder_ctabs*".into()],
         ..Default::default()
     };
-    let o = report::run(&opts).unwrap();
+    let o = report::run_and_report(&opts).unwrap();
     let cases: Vec<&str> = o.results().map(|r| r.1).collect();
     assert!(!cases.is_empty(), "{}", summary(&o));
     assert!(cases.iter().all(|c| c.starts_with("rust_binder_ctabs")), "{cases:?}");

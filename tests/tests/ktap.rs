@@ -137,7 +137,7 @@ fn kunit_py_reads_the_lab_ktap_like_the_lab() {
 
 #[test]
 fn kunit_py_reads_a_real_run() {
-    let o = lab::report::run(&lab::harness::opts::RunOpts::default()).unwrap();
+    let o = lab::report::run_and_report(&lab::harness::opts::RunOpts::default()).unwrap();
     assert_ok(&o);
     let ktap = std::fs::read_to_string(o.dir.join("results.ktap")).unwrap();
     let (cases, errors, ok) = kunit_parse(&ktap);

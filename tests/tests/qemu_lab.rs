@@ -7,7 +7,8 @@ use lab::harness::opts::RunOpts;
 use lab::harness::outcome::Outcome;
 use lab::harness::qemu::Tcg;
 use lab::kbuild::qemu::{self as qemubuild, Choice};
-use lab::report::{self as run, summary::summary};
+use lab::report::run_and_report;
+use lab::report::summary::summary;
 use lab_tests::assert_ok;
 
 /// Plugin counts of one run, per vCPU, by key (inline/callback, loop_inline/loop_callback).
@@ -26,7 +27,7 @@ fn run_loops(qemu: Choice) -> Outcome {
         plugins: vec![format!("{},out={{run}}/insns.json", so.display())],
         ..Default::default()
     };
-    run::run(&opts).unwrap()
+    run_and_report(&opts).unwrap()
 }
 
 /// Stock QEMU 10.0.2 aborts here (arm_mmu_idx_el: code should not be reached), or with the
@@ -65,7 +66,7 @@ fn loop_ns(o: &Outcome, step: &str, case: &str) -> f64 {
 
 #[test]
 fn hicount_clusters_run_at_their_speed_and_loops_overlap() {
-    let o = run::run(&hicount("cpu-timing")).unwrap();
+    let o = run_and_report(&hicount("cpu-timing")).unwrap();
     assert_ok(&o);
     let (silver, gold, prime) =
         (loop_ns(&o, "sequential", "cpu0"), loop_ns(&o, "sequential", "cpu4"), loop_ns(&o, "sequential", "cpu7"));
@@ -93,7 +94,7 @@ fn hicount_clusters_run_at_their_speed_and_loops_overlap() {
 
 #[test]
 fn hicount_runs_are_bit_identical() {
-    let runs: Vec<Outcome> = (0..5).map(|_| run::run(&hicount("bench-quick")).unwrap()).collect();
+    let runs: Vec<Outcome> = (0..5).map(|_| run_and_report(&hicount("bench-quick")).unwrap()).collect();
     let read = |o: &Outcome, f: &str| std::fs::read(o.dir.join(f)).unwrap();
     for o in &runs {
         assert_ok(o);

@@ -294,7 +294,7 @@ fn run_stages(opts: &Opts) -> Result<Vec<Stage>> {
         let started = rfc3339_now();
         let mut opts_f = RunOpts { flavor: flavor.into(), ..opts.base.clone() };
         opts_f.append.extend(stage_append(flavor, kind));
-        let result = plan.and_then(|p| report::run_plan(&p, &opts_f).map_err(|e| format!("{e:#}")));
+        let result = plan.and_then(|p| report::run_plan_and_report(&p, &opts_f).map_err(|e| format!("{e:#}")));
         progress::set(outer);
         let artifacts = opts.out.join(name);
         if let Ok(o) = &result {
