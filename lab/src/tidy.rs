@@ -362,7 +362,7 @@ fn checker_sees_every_form_of_back_import() {
     assert!(violations("harness", "use crate::kbuild::kernel;\nuse crate::support::{fs, paths};").is_empty());
     let v = violations("harness", "use crate::report::write_reports;");
     assert_eq!(v, ["harness imports report, a later stage"]);
-    assert_eq!(violations("kbuild", "let x = crate::cli::nightly::FLAVORS;").len(), 1);
+    assert_eq!(violations("kbuild", "let x = crate::cli::args::UNTIL_FAIL_RUNS;").len(), 1);
     assert_eq!(violations("support", "use crate::{\n    support::fs,\n    harness::{qemu, run},\n};").len(), 1);
     assert_eq!(
         violations("report", "use crate::util::x;"),
