@@ -8,50 +8,24 @@
 //! `ipc_1024 = 1`, and an override of `ps_per_insn` scales the cache costs with it, so they
 //! stay in proportion to instruction time. DRAM's ns become cycles at `max_mhz`.
 
-use std::collections::BTreeMap;
-
 use lab_cache_model::{Config, Costs, CpuConfig, Cycles, Geometry};
-use serde::Deserialize;
 
-use crate::schema::{Cache, Cluster};
-use crate::timing::Timing;
+use crate::error::{BoardError, Ctx};
+use crate::model::{Cache, Cluster, Timing};
+use crate::schema::{CacheModelFile, CyclesFile};
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct CacheModelFile {
-    dram_ns: f64,
-    /// Per cluster name.
-    cycles: BTreeMap<String, CyclesFile>,
+fn bad(cx: &Ctx<'_>, f: &str, p: String, fix: &str) -> BoardError {
+    cx.err(format!("cache_model.{f}"), p, fix)
 }
 
-#[derive(Debug, Clone, Copy, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct CyclesFile {
-    l1d: f64,
-    l2: f64,
-    l3: f64,
-    same_cluster: f64,
-    cross_cluster: f64,
-}
-
-type Problem = (String, String, String);
-
-fn bad(f: &str, p: String, fix: &str) -> Problem {
-    (format!("cache_model.{f}"), p, fix.to_string())
-}
-
-fn geometry(c: Option<Cache>, field: &str) -> Result<Geometry, Problem> {
+fn geometry(cx: &Ctx<'_>, c: Option<Cache>, field: &str) -> Result<Geometry, BoardError> {
     let c = c.ok_or_else(|| {
-        (
-            field.to_string(),
-            "missing, but the board has [cache_model]".into(),
-            "describe the cache's size_kib, line_bytes and ways".into(),
-        )
+        cx.err(field, "missing, but the board has [cache_model]", "describe the cache's size_kib, line_bytes and ways")
     })?;
     Ok(Geometry { size_kib: c.size_bytes / 1024, ways: c.ways })
 }
 
-fn cycles(name: &str, f: &CyclesFile, dram_ns: f64, cluster: &Cluster) -> Result<Cycles, Problem> {
+fn cycles(cx: &Ctx<'_>, name: &str, f: &CyclesFile, dram_ns: f64, cluster: &Cluster) -> Result<Cycles, BoardError> {
     let all = [
         ("l1d", f.l1d),
         ("l2", f.l2),
@@ -61,6 +35,7 @@ fn cycles(name: &str, f: &CyclesFile, dram_ns: f64, cluster: &Cluster) -> Result
     ];
     if let Some((k, v)) = all.iter().find(|(_, v)| !(v.is_finite() && *v >= 1.0 && *v <= 1000.0)) {
         return Err(bad(
+            cx,
             &format!("cycles.{name}.{k}"),
             format!("{v} cycles is out of range"),
             "use load-to-use cycles in 1..=1000",
@@ -68,6 +43,7 @@ fn cycles(name: &str, f: &CyclesFile, dram_ns: f64, cluster: &Cluster) -> Result
     }
     if !(f.l1d <= f.l2 && f.l2 <= f.l3) {
         return Err(bad(
+            cx,
             &format!("cycles.{name}"),
             format!("l1d {} / l2 {} / l3 {} do not grow", f.l1d, f.l2, f.l3),
             "a farther level cannot be faster: l1d <= l2 <= l3",
@@ -77,19 +53,20 @@ fn cycles(name: &str, f: &CyclesFile, dram_ns: f64, cluster: &Cluster) -> Result
     Ok(Cycles { l1d: f.l1d, l2: f.l2, l3: f.l3, same_cluster: f.same_cluster, cross_cluster: f.cross_cluster, dram })
 }
 
-/// Checks `[cache_model]` against the clusters, their caches and `[timing]`; Err is
-/// (field, problem, fix).
+/// Checks `[cache_model]` against the clusters, their caches and `[timing]`.
 pub(crate) fn validate(
+    cx: &Ctx<'_>,
     m: &CacheModelFile,
     clusters: &[Cluster],
     l3: Option<Cache>,
     timing: Option<&Timing>,
     smp: u32,
-) -> Result<Config, Problem> {
-    let timing =
-        timing.ok_or_else(|| bad("", "needs the board's [timing]".into(), "add [timing] (see board/sa8155p.toml)"))?;
+) -> Result<Config, BoardError> {
+    let timing = timing
+        .ok_or_else(|| bad(cx, "", "needs the board's [timing]".into(), "add [timing] (see board/sa8155p.toml)"))?;
     if !(m.dram_ns.is_finite() && m.dram_ns > 0.0 && m.dram_ns <= 10_000.0) {
         return Err(bad(
+            cx,
             "dram_ns",
             format!("{} ns is out of range", m.dram_ns),
             "use the DRAM load latency in ns, e.g. 124",
@@ -97,22 +74,23 @@ pub(crate) fn validate(
     }
     if let Some(name) = m.cycles.keys().find(|n| !clusters.iter().any(|c| &c.name == *n)) {
         let names: Vec<&str> = clusters.iter().map(|c| c.name.as_str()).collect();
-        return Err(bad("cycles", format!("{name:?} is not a cluster"), &format!("use one of {names:?}")));
+        return Err(bad(cx, "cycles", format!("{name:?} is not a cluster"), &format!("use one of {names:?}")));
     }
-    let l3 = geometry(l3, "l3")?;
+    let l3 = geometry(cx, l3, "l3")?;
     let mut cpus = vec![None; smp as usize];
     let mut line_bytes = None;
     for (i, c) in clusters.iter().enumerate() {
         let f = m.cycles.get(&c.name).ok_or_else(|| {
             bad(
+                cx,
                 &format!("cycles.{}", c.name),
                 "missing".into(),
                 "give the cluster's l1d, l2, l3, same_cluster and cross_cluster cycles",
             )
         })?;
-        let lat = cycles(&c.name, f, m.dram_ns, c)?;
+        let lat = cycles(cx, &c.name, f, m.dram_ns, c)?;
         let (l1d, l2) =
-            (geometry(c.l1d, &format!("clusters[{i}].l1d"))?, geometry(c.l2, &format!("clusters[{i}].l2"))?);
+            (geometry(cx, c.l1d, &format!("clusters[{i}].l1d"))?, geometry(cx, c.l2, &format!("clusters[{i}].l2"))?);
         line_bytes = line_bytes.or(c.l1d.map(|x| x.line_bytes));
         for &cpu in &c.cpus {
             let ps_per_cycle = timing.cpu_ps_per_insn[cpu as usize] as f64 * f64::from(c.capacity_dmips_mhz) / 1024.0;
@@ -121,7 +99,7 @@ pub(crate) fn validate(
         }
     }
     let cfg = Config { line_bytes: line_bytes.unwrap_or(64), l3, cpus: cpus.into_iter().flatten().collect() };
-    cfg.check().map_err(|e| bad("", e, "use caches of a power-of-two number of sets and one line size"))?;
+    cfg.check().map_err(|e| bad(cx, "", e, "use caches of a power-of-two number of sets and one line size"))?;
     Ok(cfg)
 }
 

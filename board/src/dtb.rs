@@ -9,7 +9,7 @@ use dtoolkit::fdt::Fdt;
 use dtoolkit::model::{DeviceTree, DeviceTreeNode, DeviceTreeProperty};
 use dtoolkit::{Node, Property};
 
-use crate::schema::{Board, Cache};
+use crate::model::{Board, Cache};
 use crate::topology::cpu_map_clusters;
 
 /// QEMU's dump carries fresh random `/chosen` `rng-seed` and `kaslr-seed` bytes, so the same
@@ -120,7 +120,7 @@ fn add_cluster_clocks(root: &mut DeviceTreeNode, board: &Board, phandles: &mut P
 /// One cpu node: capacity, clock, L1 properties and its own L2 node; returns its phandle.
 fn describe_cpu(
     node: &mut DeviceTreeNode,
-    cluster: &crate::schema::Cluster,
+    cluster: &crate::model::Cluster,
     clock: u32,
     l3_phandle: Option<u32>,
     phandles: &mut Phandles,

@@ -7,7 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::schema::{Board, Cluster};
+use crate::model::{Board, Cluster};
 use crate::topology::{expected_capacities, format_cpulist, parse_cpulist};
 
 /// The OPP's power in µW, as drivers/opp/of.c `dev_pm_opp_calc_power` computes it:
@@ -30,9 +30,13 @@ pub fn em_cost(board: &Board, c: &Cluster) -> Option<u64> {
 /// One perf domain as the guest should report it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct DomainExpect {
+    /// The domain's CPUs in the kernel's list format ("0-3").
     pub cpus: String,
+    /// The only OPP's frequency: the cluster's fixed clock.
     pub khz: u32,
+    /// The OPP's power ([`opp_power_uw`]).
     pub power_uw: u64,
+    /// The OPP's energy-model cost ([`em_cost`]).
     pub cost: u64,
 }
 
@@ -55,28 +59,41 @@ pub fn expected_domains(board: &Board) -> Vec<DomainExpect> {
 /// A cpufreq policy as the guest reports it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PolicyObserved {
+    /// N of `cpufreq/policyN`.
     pub policy: u32,
+    /// `related_cpus`, in the kernel's list format.
     pub cpus: Option<String>,
+    /// `scaling_governor`.
     pub governor: Option<String>,
+    /// `scaling_driver`.
     pub driver: Option<String>,
+    /// `scaling_cur_freq`.
     pub cur_khz: Option<u64>,
+    /// `cpuinfo_max_freq`.
     pub max_khz: Option<u64>,
 }
 
 /// One performance state of an energy-model domain (debugfs `energy_model/<dev>/ps:<f>`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StateObserved {
+    /// `frequency`.
     pub khz: Option<u64>,
+    /// `power` (µW).
     pub power: Option<u64>,
+    /// `cost`.
     pub cost: Option<u64>,
+    /// `performance`.
     pub performance: Option<u64>,
 }
 
 /// One energy-model domain (debugfs `energy_model/<dev>`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DomainObserved {
+    /// The domain's debugfs directory name, e.g. `cpu4`.
     pub name: String,
+    /// `cpus`, in the kernel's list format.
     pub cpus: Option<String>,
+    /// Its performance states.
     pub states: Vec<StateObserved>,
 }
 
@@ -85,7 +102,9 @@ pub struct DomainObserved {
 pub struct EasObserved {
     /// /proc/sys/kernel/sched_energy_aware as read ("" when EAS is impossible, None if absent).
     pub sched_energy_aware: Option<String>,
+    /// The cpufreq policies.
     pub policies: Vec<PolicyObserved>,
+    /// The energy-model domains.
     pub energy_model: Vec<DomainObserved>,
     /// Kernel log lines about EAS ("sched_energy_set: starting EAS", "Checking EAS ...").
     pub log: Vec<String>,

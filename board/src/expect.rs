@@ -3,7 +3,9 @@
 
 use std::fmt;
 
-use crate::schema::{Board, BoardError, Ctx, ExpectFile};
+use crate::error::{BoardError, Ctx};
+use crate::model::Board;
+use crate::schema::ExpectFile;
 use crate::topology;
 
 /// Checks `[expect]` (if the file has one) against the validated `board`.

@@ -2,7 +2,10 @@
 
 use std::path::Path;
 
-use crate::schema::{parse_toml, validate, Board, BoardError};
+use crate::error::BoardError;
+use crate::model::Board;
+use crate::schema::parse_toml;
+use crate::validate::validate;
 
 impl Board {
     /// Loads and validates a board file; errors name the file, the field and the fix.

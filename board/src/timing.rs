@@ -6,30 +6,9 @@
 //! smaller cores proportionally fewer, so the speed ratios are exactly the capacity ratios the
 //! kernel computes (drivers/base/arch_topology.c). `ipc_1024` sets the absolute scale only.
 
-use std::collections::BTreeMap;
-
-use serde::Deserialize;
-
-use crate::schema::Cluster;
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct TimingFile {
-    ipc_1024: f64,
-    quantum_ns: u64,
-    /// Per-cluster overrides (by cluster name) of the derived figure.
-    #[serde(default)]
-    ps_per_insn: BTreeMap<String, u64>,
-}
-
-/// The validated timing model.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Timing {
-    /// Picoseconds per instruction of each CPU, by CPU number.
-    pub cpu_ps_per_insn: Vec<u64>,
-    /// Quantum Q in guest ns: how far a vCPU may run past the second-smallest local time.
-    pub quantum_ns: u64,
-}
+use crate::error::{BoardError, Ctx};
+use crate::model::{Cluster, Timing};
+use crate::schema::TimingFile;
 
 /// Derived picoseconds per instruction of a cluster.
 pub fn derived_ps_per_insn(c: &Cluster, ipc_1024: f64) -> u64 {
@@ -37,9 +16,9 @@ pub fn derived_ps_per_insn(c: &Cluster, ipc_1024: f64) -> u64 {
     (1e6 / (mhz * ipc_1024 * f64::from(c.capacity_dmips_mhz) / 1024.0)).round() as u64
 }
 
-/// Checks `[timing]` against the clusters; Err is (field, problem, fix).
-pub(crate) fn validate(t: &TimingFile, clusters: &[Cluster], smp: u32) -> Result<Timing, (String, String, String)> {
-    let bad = |f: &str, p: String, fix: &str| (format!("timing.{f}"), p, fix.to_string());
+/// Checks `[timing]` against the clusters.
+pub(crate) fn validate(cx: &Ctx<'_>, t: &TimingFile, clusters: &[Cluster], smp: u32) -> Result<Timing, BoardError> {
+    let bad = |f: &str, p: String, fix: &str| cx.err(format!("timing.{f}"), p, fix);
     if !(t.ipc_1024.is_finite() && t.ipc_1024 > 0.0 && t.ipc_1024 <= 16.0) {
         return Err(bad(
             "ipc_1024",

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::schema::{Board, CpuMapLayout};
+use crate::model::{Board, CpuMapLayout};
 
 /// Linux's `SCHED_CAPACITY_SHIFT`.
 const SCHED_CAPACITY_SHIFT: u32 = 10;

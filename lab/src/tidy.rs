@@ -1,5 +1,6 @@
 //! Architecture checks on the source tree (like rust-analyzer's `tidy`): every module of
-//! `lab/src/<stage>/` may import only its own stage and the stages below it.
+//! `lab/src/<stage>/` may import only its own stage and the stages below it, and no modules
+//! of the lab, the board crate or a guest crate import each other in a cycle.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -215,16 +216,46 @@ fn module_path(rel: &Path) -> String {
     parts.join("::")
 }
 
+/// The modules of the crate whose sources are under `src` (module path, source).
+fn crate_modules(src: &Path) -> Vec<(String, String)> {
+    let mut files = vec![];
+    rust_files(src, &mut files);
+    files.sort();
+    files.iter().map(|f| (module_path(f.strip_prefix(src).unwrap()), std::fs::read_to_string(f).unwrap())).collect()
+}
+
+/// The source folders checked for import cycles: the lab's, the board crate's, and every
+/// guest crate's (rootfs/guest/*/src, found, so that a new guest crate is checked too).
+fn cycle_checked_crates() -> Vec<PathBuf> {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let mut dirs = vec![repo.join("lab/src"), repo.join("board/src")];
+    let mut guests: Vec<PathBuf> = std::fs::read_dir(repo.join("rootfs/guest"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path().join("src"))
+        .filter(|p| p.is_dir())
+        .collect();
+    guests.sort();
+    dirs.extend(guests);
+    dirs
+}
+
 #[test]
 fn no_module_import_cycles() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut files = vec![];
-    rust_files(&src, &mut files);
-    let mods: Vec<(String, String)> = files
+    let dirs = cycle_checked_crates();
+    assert!(dirs.len() > 10, "found only {dirs:?}");
+    let cycles: Vec<String> = dirs
         .iter()
-        .map(|f| (module_path(f.strip_prefix(&src).unwrap()), std::fs::read_to_string(f).unwrap()))
+        .filter_map(|d| {
+            let name = d.strip_prefix(crate::support::paths::repo()).unwrap_or(d).display().to_string();
+            module_cycle(&crate_modules(d)).map(|c| format!("{name}: {}", c.join(" -> ")))
+        })
         .collect();
-    assert_eq!(module_cycle(&mods), None, "modules import each other in a cycle");
+    assert!(
+        cycles.is_empty(),
+        "modules import each other in a cycle; move what both need into a third:\n{}",
+        cycles.join("\n")
+    );
 }
 
 #[test]
@@ -241,28 +272,41 @@ fn cycle_checker_finds_a_cycle() {
     assert_eq!(crate_paths("crate::{a::b, c::{d, e}}"), [vec!["a", "b"], vec!["c", "d"], vec!["c", "e"]]);
 }
 
-#[test]
-fn stage_imports_point_down() {
+/// lab/src, and its files as (path below it, first component: the stage folder or a root
+/// file), sorted.
+fn lab_files() -> (PathBuf, Vec<(PathBuf, String)>) {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut files = vec![];
     rust_files(&src, &mut files);
     files.sort();
+    let rels = files
+        .iter()
+        .map(|f| {
+            let rel = f.strip_prefix(&src).unwrap().to_path_buf();
+            let first = rel.components().next().unwrap().as_os_str().to_string_lossy().into_owned();
+            (rel, first)
+        })
+        .collect();
+    (src, rels)
+}
+
+#[test]
+fn stage_imports_point_down() {
+    let (src, files) = lab_files();
     let mut problems = vec![];
-    for f in &files {
-        let rel = f.strip_prefix(&src).unwrap();
-        let first = rel.components().next().unwrap().as_os_str().to_string_lossy().into_owned();
+    for (rel, first) in &files {
         if rel.components().count() == 1 {
             if !ROOT_FILES.contains(&first.as_str()) {
                 problems.push(format!("{}: a module outside the stage folders; move it into one", rel.display()));
             }
             continue;
         }
-        if rank(&first).is_none() {
+        if rank(first).is_none() {
             problems.push(format!("{}: {first}/ is no stage ({})", rel.display(), STAGES.join(", ")));
             continue;
         }
-        let text = std::fs::read_to_string(f).unwrap();
-        problems.extend(violations(&first, &text).into_iter().map(|v| format!("{}: {v}", rel.display())));
+        let text = std::fs::read_to_string(src.join(rel)).unwrap();
+        problems.extend(violations(first, &text).into_iter().map(|v| format!("{}: {v}", rel.display())));
     }
     assert!(files.len() > 20, "found only {} files under {}", files.len(), src.display());
     assert!(
@@ -272,12 +316,53 @@ fn stage_imports_point_down() {
     );
 }
 
+/// `print!`-family calls in `src` (comments, strings and test modules left out), each as
+/// "macro at line N".
+fn prints(src: &str) -> Vec<String> {
+    let lib = src.split("#[cfg(test)]").next().unwrap_or_default();
+    let mut out = vec![];
+    for (n, line) in code_only(lib).lines().enumerate() {
+        for mac in ["print!", "println!", "eprint!", "eprintln!", "dbg!"] {
+            let hit = line
+                .match_indices(mac)
+                .any(|(i, _)| !line[..i].chars().next_back().is_some_and(|c| c.is_alphanumeric() || c == '_'));
+            if hit {
+                out.push(format!("{mac} at line {}", n + 1));
+            }
+        }
+    }
+    out
+}
+
+/// Library code (every stage but cli) never prints: notes, the live console and a step's
+/// streamed output go through `support::progress`, whose reporter the caller chooses.
+#[test]
+fn library_code_never_prints() {
+    let (src, files) = lab_files();
+    let mut problems = vec![];
+    for (rel, first) in &files {
+        if rank(first).is_none() || first == "cli" || rel == Path::new("support/progress.rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(src.join(rel)).unwrap();
+        problems.extend(prints(&text).into_iter().map(|p| format!("{}: {p}", rel.display())));
+    }
+    assert!(problems.is_empty(), "library code prints; use support::progress instead:\n{}", problems.join("\n"));
+}
+
+#[test]
+fn print_checker_sees_prints_outside_tests() {
+    assert_eq!(prints("fn f() {\n    eprintln!(\"x\");\n}\n"), ["eprintln! at line 2"]);
+    assert_eq!(prints("let s = \"println!\"; // print!(x)\nsprint!(y);\n"), Vec::<String>::new());
+    assert!(prints("fn f() {}\n#[cfg(test)]\nmod tests { fn t() { println!(\"ok\"); } }\n").is_empty());
+}
+
 #[test]
 fn checker_sees_every_form_of_back_import() {
     assert!(violations("harness", "use crate::kbuild::kernel;\nuse crate::support::{fs, paths};").is_empty());
     let v = violations("harness", "use crate::report::write_reports;");
     assert_eq!(v, ["harness imports report, a later stage"]);
-    assert_eq!(violations("kbuild", "let x = crate::cli::nightly::FLAVORS;").len(), 1);
+    assert_eq!(violations("kbuild", "let x = crate::cli::args::UNTIL_FAIL_RUNS;").len(), 1);
     assert_eq!(violations("support", "use crate::{\n    support::fs,\n    harness::{qemu, run},\n};").len(), 1);
     assert_eq!(
         violations("report", "use crate::util::x;"),

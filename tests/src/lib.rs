@@ -1,6 +1,10 @@
-//! Host-side end-to-end tests live in tests/tests/.
+//! The end-to-end tests' fixtures (the tests live in tests/tests/): one way to start the
+//! `lab` binary, the run options a test starts from, and the check that a run passed.
 
+use lab::harness::opts::RunOpts;
+use lab::harness::outcome::Outcome;
 use std::path::PathBuf;
+use std::process::Command;
 
 /// The `lab` binary the end-to-end tests run: `$LAB_BIN`, else the workspace's
 /// `target/debug/lab` (`cargo make test` builds it before the end-to-end tests).
@@ -14,4 +18,22 @@ pub fn lab_bin() -> PathBuf {
     let bin = target.join("debug/lab");
     assert!(bin.is_file(), "{} is missing: run `cargo build -p lab` (or set LAB_BIN)", bin.display());
     bin
+}
+
+/// `lab` as a user runs it, from the repository's root ([`lab_bin`]); add the arguments.
+pub fn lab() -> Command {
+    let mut c = Command::new(lab_bin());
+    c.current_dir(lab::support::paths::repo());
+    c
+}
+
+/// The default run options with `plan` (a name in rootfs/plans/ or a path).
+pub fn opts(plan: &str) -> RunOpts {
+    RunOpts { plan: plan.into(), ..Default::default() }
+}
+
+/// Fails the test with the run's summary unless everything in it passed.
+#[track_caller]
+pub fn assert_ok(o: &Outcome) {
+    assert!(o.ok(), "run failed:\n{}", lab::report::summary::summary(o));
 }

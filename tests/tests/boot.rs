@@ -2,23 +2,16 @@
 //! Needs `cargo make setup` (cargo make test runs it first).
 
 use lab::harness::opts::{load_board, RunOpts};
-use lab::harness::outcome::{Outcome, Verdict};
-use lab::report::{self as run, summary::summary};
+use lab::harness::outcome::Verdict;
+use lab::report::run_and_report;
+use lab_tests::{assert_ok, opts};
 use std::path::Path;
 use std::time::{Duration, Instant};
-
-fn opts(board: &str, plan: &str) -> RunOpts {
-    RunOpts { board: board.into(), plan: plan.into(), ..Default::default() }
-}
-
-fn assert_ok(o: &Outcome) {
-    assert!(o.ok(), "run failed:\n{}", summary(o));
-}
 
 #[test]
 fn each_board_boots_with_its_topology() {
     for board in ["sa8155p", "sm8150-upstream", "symmetric"] {
-        let o = run::run(&opts(board, "default")).unwrap();
+        let o = run_and_report(&RunOpts { board: board.into(), ..opts("default") }).unwrap();
         assert_ok(&o);
         // check_topology compared every CPU with the board file; make sure it had data.
         let cpus = o.data("topology").and_then(|d| d["cpus"].as_array()).expect("topology report");
@@ -34,7 +27,7 @@ fn each_board_boots_with_its_topology() {
 
 #[test]
 fn sa8155p_reports_306_871_1024_on_4_3_1() {
-    let o = run::run(&opts("sa8155p", "default")).unwrap();
+    let o = run_and_report(&opts("default")).unwrap();
     assert_ok(&o);
     let cpus = o.data("topology").unwrap()["cpus"].as_array().unwrap().clone();
     let caps: Vec<u64> = cpus.iter().map(|c| c["capacity"].as_u64().unwrap()).collect();
@@ -49,7 +42,7 @@ fn sa8155p_reports_306_871_1024_on_4_3_1() {
 
 #[test]
 fn kernel_panic_is_reported_with_its_text() {
-    let o = run::run(&opts("sa8155p", "panic")).unwrap();
+    let o = run_and_report(&opts("panic")).unwrap();
     let Verdict::Panic { text } = &o.verdict else { panic!("expected a panic, got {:?}", o.verdict) };
     assert!(text.contains("sysrq triggered crash"), "{text}");
     assert!(!o.ok());
@@ -62,7 +55,7 @@ fn kernel_panic_is_reported_with_its_text() {
 #[test]
 fn exit_codes_name_the_failure() {
     let status = |args: &[&str]| {
-        let out = std::process::Command::new(lab_tests::lab_bin()).args(args).output().unwrap();
+        let out = lab_tests::lab().args(args).output().unwrap();
         (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
     };
     let (code, err) = status(&["run", "--plan", "panic"]);
@@ -74,7 +67,7 @@ fn exit_codes_name_the_failure() {
 
 #[test]
 fn hanging_step_is_a_timeout_with_console_tail() {
-    let o = run::run(&opts("sa8155p", "hang")).unwrap();
+    let o = run_and_report(&opts("hang")).unwrap();
     let problems = o.problems().join("\n");
     assert!(problems.contains("never-ends: timed out"), "{problems}");
     assert!(problems.contains("about to hang"), "console tail missing: {problems}");
@@ -91,9 +84,9 @@ fn malformed_board_gives_the_documented_error() {
     assert_ne!(good, bad, "fixture edit did not apply");
     let path = d.path().join("broken.toml");
     std::fs::write(&path, bad).unwrap();
-    let mut o = opts(path.to_str().unwrap(), "default");
+    let mut o = RunOpts { board: path.to_str().unwrap().into(), ..opts("default") };
     o.board = path.display().to_string();
-    let e = format!("{:#}", run::run(&o).unwrap_err());
+    let e = format!("{:#}", run_and_report(&o).unwrap_err());
     assert!(e.contains("broken.toml") && e.contains("clusters[1].cpus") && e.contains("exactly one cluster"), "{e}");
 }
 
@@ -110,9 +103,9 @@ fn overlay_binary_runs_from_a_plan() {
         "name = \"mine\"\n[[steps]]\nname = \"my-client\"\nargv = [\"/bin/my-client\"]\ntimeout_s = 30\n",
     )
     .unwrap();
-    let mut o = opts("sa8155p", plan.to_str().unwrap());
+    let mut o = opts(plan.to_str().unwrap());
     o.overlay = Some(d.path().join("overlay"));
-    let out = run::run(&o).unwrap();
+    let out = run_and_report(&o).unwrap();
     assert_ok(&out);
     assert!(out.results().any(|(step, case, _, _)| step == "my-client" && case == "sync_round_trip"));
 }
@@ -143,14 +136,7 @@ fn qemus_with(needle: &str) -> Vec<u32> {
 
 /// The lab binary running `args`, its output discarded.
 fn spawn_lab(args: &[&str]) -> std::process::Child {
-    let lab_bin = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/debug/lab");
-    assert!(lab_bin.is_file(), "build the lab binary first (cargo build -p lab)");
-    std::process::Command::new(&lab_bin)
-        .args(args)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap()
+    lab_tests::lab().args(args).stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).spawn().unwrap()
 }
 
 #[test]
@@ -227,9 +213,9 @@ fn sigterm_ends_a_nightly_with_the_boot_it_was_in() {
 
 #[test]
 fn debug_kernel_kunit_ctabs_suite_passes() {
-    let mut o = opts("sa8155p", "kunit");
+    let mut o = opts("kunit");
     o.flavor = "debug".into();
-    let out = run::run(&o).unwrap();
+    let out = run_and_report(&o).unwrap();
     assert_ok(&out);
     let cases: Vec<&str> = out.results().filter(|(step, ..)| *step == "kunit").map(|(_, case, ..)| case).collect();
     assert!(cases.iter().filter(|c| c.starts_with("rust_binder_ctabs.")).count() >= 5, "KUnit cases: {cases:?}");

@@ -42,7 +42,7 @@ const FUZZ_CASES: &[&str] = &["fuzz", "kernel_log", "leaks"];
 fn boot(plan: &str, flavor: &str) -> Outcome {
     let opts =
         RunOpts { plan: plan.into(), flavor: flavor.into(), name: format!("{plan}-{flavor}"), ..Default::default() };
-    report::run(&opts).unwrap()
+    report::run_and_report(&opts).unwrap()
 }
 
 /// The run passed, every expected case passed, and the reports are in the run directory.

@@ -3,12 +3,13 @@
 
 use lab::harness::opts::{load_plan, RunOpts};
 use lab::harness::outcome::Outcome;
-use lab::report::{self as run, summary::summary};
+use lab::report::summary::summary;
+use lab::report::{run_and_report, run_plan_and_report};
 use labproto::Step;
 
 fn ctabs_run(flavor: &str) -> Outcome {
     let o = RunOpts { plan: "ctabs".into(), flavor: flavor.into(), ..Default::default() };
-    let out = run::run(&o).unwrap();
+    let out = run_and_report(&o).unwrap();
     assert!(out.ok(), "ctabs plan failed on {flavor}:\n{}", summary(&out));
     out
 }
@@ -84,7 +85,7 @@ fn conformance_passes_in_ctabs_modes_1_to_3() {
         let mut plan = load_plan("conformance").unwrap();
         // After the suite: nothing in it changes the mode, so this is the mode it ran in.
         plan.steps.push(mode_step());
-        let out = run::run_plan(&plan, &o).unwrap();
+        let out = run_plan_and_report(&plan, &o).unwrap();
         assert!(out.ok(), "conformance failed in CTABS mode {mode}:\n{}", summary(&out));
         let read = out.data("ctabs_mode").and_then(|d| d["mode"].as_u64());
         assert_eq!(read, Some(mode), "rust_binder.ctabs={mode} on the command line; the driver's ctabs file");

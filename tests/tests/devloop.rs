@@ -5,20 +5,14 @@
 use lab::harness::gdb;
 use lab::harness::opts::RunOpts;
 use lab::harness::outcome::Outcome;
-use lab::report::{self as run, summary::summary};
+use lab::report::summary::summary;
+use lab::report::{run_and_report, run_plan_and_report};
 use lab::support::paths;
+use lab_tests::{assert_ok, opts};
 use labproto::Status;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-fn opts(plan: &str) -> RunOpts {
-    RunOpts { plan: plan.into(), ..Default::default() }
-}
-
-fn assert_ok(o: &Outcome) {
-    assert!(o.ok(), "run failed:\n{}", summary(o));
-}
 
 fn status(o: &Outcome, case: &str) -> Option<(Status, Option<String>)> {
     o.results().find(|(_, c, _, _)| *c == case).map(|(_, _, s, m)| (s, m.map(String::from)))
@@ -29,7 +23,7 @@ fn trace_shows_binder_calls_and_where_the_server_ran() {
     let mut o = opts("default");
     o.trace =
         Some(labproto::TraceSpec::parse("binder:*,sched:sched_switch,sched:sched_wakeup,sched:sched_waking").unwrap());
-    let out = run::run(&o).unwrap();
+    let out = run_and_report(&o).unwrap();
     assert_ok(&out);
     let dir = out.dir.join("trace");
     let summary: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("summary.json")).unwrap()).unwrap();
@@ -54,7 +48,7 @@ fn trace_shows_binder_calls_and_where_the_server_ran() {
 
 #[test]
 fn binderfs_selftest_reports_cases_and_the_known_gap() {
-    let out = run::run(&opts("binderfs")).unwrap();
+    let out = run_and_report(&opts("binderfs")).unwrap();
     assert_ok(&out);
     assert_eq!(status(&out, "global.binderfs_stress").map(|s| s.0), Some(Status::Pass));
     for case in ["global.binderfs_test_privileged", "global.binderfs_test_unprivileged"] {
@@ -68,7 +62,7 @@ fn binderfs_selftest_reports_cases_and_the_known_gap() {
 /// gdb's output and the run's outcome.
 fn with_gdb(mut o: RunOpts, extra: &[&str]) -> (String, Outcome) {
     o.gdb = true;
-    let runner = std::thread::spawn(move || run::run(&o).unwrap());
+    let runner = std::thread::spawn(move || run_and_report(&o).unwrap());
     let t0 = Instant::now();
     let target = loop {
         match gdb::find_target(&paths::runs_dir(), None) {
@@ -132,7 +126,7 @@ fn dump_writes_an_elf_core_of_guest_memory_on_power_off_and_panic() {
     let d = tempfile::tempdir().unwrap();
     for (plan, file) in [("default", "off.elf"), ("panic", "panic.elf")] {
         let path = d.path().join(file);
-        let out = run::run(&RunOpts { dump: Some(path.clone()), ..opts(plan) }).unwrap();
+        let out = run_and_report(&RunOpts { dump: Some(path.clone()), ..opts(plan) }).unwrap();
         assert_eq!(out.ok(), plan == "default", "{}", summary(&out));
         let mut head = [0u8; 20];
         std::io::Read::read_exact(&mut std::fs::File::open(&path).unwrap(), &mut head).unwrap();
@@ -190,7 +184,7 @@ fn kconfig_add_builds_a_kernel_of_its_own_and_keeps_the_flavor() {
     assert!(std::fs::read_to_string(own.dir.join("lab-extras.config")).unwrap().contains("CONFIG_IKCONFIG_PROC=y"));
     // The guest runs that kernel: its own config is in /proc/config.gz.
     let argv = ["/bin/sh", "-c", "zcat /proc/config.gz | grep -x CONFIG_IKCONFIG_PROC=y"].map(String::from);
-    let out = run::run_plan(&lab::harness::adhoc::command_plan(&argv, 60), &o).unwrap();
+    let out = run_plan_and_report(&lab::harness::adhoc::command_plan(&argv, 60), &o).unwrap();
     assert_ok(&out);
     assert_eq!(std::fs::read(perf.image()).unwrap(), image, "the perf kernel was not touched");
     assert_eq!(lab::kbuild::kernel::build("perf").unwrap().dir, perf.dir);
@@ -200,7 +194,7 @@ fn kconfig_add_builds_a_kernel_of_its_own_and_keeps_the_flavor() {
 #[ignore = "needs Debian's lava-dispatcher (cargo make setup --lava): cargo test -p lab-tests --test devloop -- --ignored lava"]
 fn lava_run_reports_the_default_plan_like_lab_run() {
     let o = opts("default");
-    let lab = run::run(&o).unwrap();
+    let lab = run_and_report(&o).unwrap();
     assert_ok(&lab);
     let dir = tempfile::tempdir().unwrap();
     let w = lab::report::lava::write(&o, dir.path(), None).unwrap();
@@ -249,7 +243,7 @@ fn own_client_rsbinder_recipe_builds_and_runs() {
         std::fs::copy(b, overlay.join("bin").join(b.file_name().unwrap())).unwrap();
     }
     let o = RunOpts { overlay: Some(overlay), ..opts(dir.path().join("hello.toml").to_str().unwrap()) };
-    let out = run::run(&o).unwrap();
+    let out = run_and_report(&o).unwrap();
     assert_ok(&out);
     assert_eq!(status(&out, "echo"), Some((Status::Pass, Some("hello from rsbinder".into()))));
 }

@@ -9,17 +9,12 @@ use lab::harness::outcome::Exit;
 use lab::harness::outcome::Outcome;
 use lab::harness::qemu::Tcg;
 use lab::report::{self, summary::summary};
+use lab_tests::assert_ok;
 use labproto::{Event, Status};
-use std::process::Command;
 
-/// `lab ARGS` as a user runs it (the binary, through cargo).
+/// `lab ARGS` as a user runs it, its output.
 fn lab(args: &[&str]) -> std::process::Output {
-    Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .args(["run", "-q", "-p", "lab", "--"])
-        .args(args)
-        .current_dir(lab::support::paths::repo())
-        .output()
-        .expect("cargo run")
+    lab_tests::lab().args(args).output().expect("lab runs")
 }
 
 fn step_starts(o: &Outcome) -> Vec<String> {
@@ -34,7 +29,7 @@ fn step_starts(o: &Outcome) -> Vec<String> {
 
 fn command(argv: &[&str], opts: &RunOpts) -> Outcome {
     let argv: Vec<String> = argv.iter().map(|s| s.to_string()).collect();
-    report::run_plan(&adhoc::command_plan(&argv, 60), opts).unwrap()
+    report::run_plan_and_report(&adhoc::command_plan(&argv, 60), opts).unwrap()
 }
 
 #[test]
@@ -105,8 +100,8 @@ fn repeat_and_until_fail_stay_in_one_boot() {
 #[test]
 fn conformance_case_repeats_20_times_in_one_boot() {
     let plan = adhoc::select_cases(&load_plan("conformance").unwrap(), &["tc_deferral".into()], &[]).unwrap();
-    let o = report::run_plan(&plan, &RunOpts { repeat: 20, ..Default::default() }).unwrap();
-    assert!(o.ok(), "{}", summary(&o));
+    let o = report::run_plan_and_report(&plan, &RunOpts { repeat: 20, ..Default::default() }).unwrap();
+    assert_ok(&o);
     let runs: Vec<&str> = o.results().filter(|r| r.1 == "tc_deferral" && r.2 == Status::Pass).map(|r| r.0).collect();
     assert_eq!(runs.len(), 20, "{runs:?}");
     assert_eq!(runs[19], "conformance@20");
@@ -117,8 +112,8 @@ fn conformance_case_repeats_20_times_in_one_boot() {
 #[test]
 fn smp_and_memory_overrides_boot_a_smaller_soc() {
     let opts = RunOpts { smp: Some(5), memory: Some("1G".into()), ..Default::default() };
-    let o = report::run(&opts).unwrap();
-    assert!(o.ok(), "{}", summary(&o));
+    let o = report::run_and_report(&opts).unwrap();
+    assert_ok(&o);
     let cpus = o.data("topology").unwrap()["cpus"].as_array().unwrap().clone();
     let caps: Vec<u64> = cpus.iter().map(|c| c["capacity"].as_u64().unwrap()).collect();
     assert_eq!(caps, [360, 360, 360, 360, 1024]);
@@ -142,7 +137,7 @@ fn kunit_filter_selects_suites() {
         append: vec!["kunit.filter_glob=rust_binder_ctabs*".into()],
         ..Default::default()
     };
-    let o = report::run(&opts).unwrap();
+    let o = report::run_and_report(&opts).unwrap();
     let cases: Vec<&str> = o.results().map(|r| r.1).collect();
     assert!(!cases.is_empty(), "{}", summary(&o));
     assert!(cases.iter().all(|c| c.starts_with("rust_binder_ctabs")), "{cases:?}");

@@ -3,6 +3,7 @@
 //! the parser must find no errors. Needs the unpacked tree (any kernel build makes it).
 
 use lab::harness::outcome::{Outcome, Verdict};
+use lab_tests::assert_ok;
 use labproto::{Event, Status};
 use std::path::PathBuf;
 
@@ -136,8 +137,8 @@ fn kunit_py_reads_the_lab_ktap_like_the_lab() {
 
 #[test]
 fn kunit_py_reads_a_real_run() {
-    let o = lab::report::run(&lab::harness::opts::RunOpts::default()).unwrap();
-    assert!(o.ok(), "{}", lab::report::summary::summary(&o));
+    let o = lab::report::run_and_report(&lab::harness::opts::RunOpts::default()).unwrap();
+    assert_ok(&o);
     let ktap = std::fs::read_to_string(o.dir.join("results.ktap")).unwrap();
     let (cases, errors, ok) = kunit_parse(&ktap);
     assert_eq!((cases, errors, ok), (lab_cases(&o), 0, true), "{ktap}");

@@ -4,13 +4,13 @@
 use lab::harness::opts::RunOpts;
 use lab::harness::qemu::Tcg;
 use lab::measure::profile::{self, profiled_run, Profile};
-use lab::report::summary::summary;
+use lab_tests::assert_ok;
 
 #[test]
 fn kernel_profile_names_the_binder_ioctl_and_adds_up() {
     let opts = RunOpts { plan: "default".into(), tcg: Tcg::Icount, ..Default::default() };
     let (o, p) = profiled_run(&opts).unwrap();
-    assert!(o.ok(), "{}", summary(&o));
+    assert_ok(&o);
     // The Rust driver's ioctl entry ran for binder-smoke's calls.
     let ioctl = p.functions.get("rust_binder::rust_binder_ioctl").copied().unwrap_or(0);
     assert!(ioctl > 0, "no instructions in rust_binder_ioctl:\n{}", profile::table(&p, 30));

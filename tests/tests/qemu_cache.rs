@@ -6,7 +6,9 @@ use lab::harness::opts::RunOpts;
 use lab::harness::outcome::Outcome;
 use lab::harness::qemu::Tcg;
 use lab::kbuild::qemu::Choice;
-use lab::report::{self as run, summary::summary};
+use lab::report::run_and_report;
+use lab::report::summary::summary;
+use lab_tests::assert_ok;
 
 /// sa8155p with every cluster at the gold's speed: same- and cross-cluster calls then differ
 /// only in where the other CPU sits, not in how fast it runs.
@@ -30,8 +32,8 @@ fn sharing(board: &str, cache: bool, plugins: Vec<String>) -> Outcome {
         plugins,
         ..Default::default()
     };
-    let o = run::run(&opts).unwrap();
-    assert!(o.ok(), "{}", summary(&o));
+    let o = run_and_report(&opts).unwrap();
+    assert_ok(&o);
     o
 }
 
@@ -97,6 +99,6 @@ fn flat_price_plugin(board: &str, dir: &std::path::Path) -> String {
 #[test]
 fn cache_is_refused_without_hicount() {
     let opts = RunOpts { cache: true, qemu: Choice::Lab, tcg: Tcg::Icount, ..Default::default() };
-    let e = run::run(&opts).expect_err("--cache under icount must fail");
+    let e = run_and_report(&opts).expect_err("--cache under icount must fail");
     assert!(format!("{e:#}").contains("add --qemu lab --tcg hicount"), "{e:#}");
 }

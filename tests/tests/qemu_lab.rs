@@ -7,7 +7,9 @@ use lab::harness::opts::RunOpts;
 use lab::harness::outcome::Outcome;
 use lab::harness::qemu::Tcg;
 use lab::kbuild::qemu::{self as qemubuild, Choice};
-use lab::report::{self as run, summary::summary};
+use lab::report::run_and_report;
+use lab::report::summary::summary;
+use lab_tests::assert_ok;
 
 /// Plugin counts of one run, per vCPU, by key (inline/callback, loop_inline/loop_callback).
 fn counts(dir: &std::path::Path, key: &str) -> Vec<u64> {
@@ -25,7 +27,7 @@ fn run_loops(qemu: Choice) -> Outcome {
         plugins: vec![format!("{},out={{run}}/insns.json", so.display())],
         ..Default::default()
     };
-    run::run(&opts).unwrap()
+    run_and_report(&opts).unwrap()
 }
 
 /// Stock QEMU 10.0.2 aborts here (arm_mmu_idx_el: code should not be reached), or with the
@@ -33,7 +35,7 @@ fn run_loops(qemu: Choice) -> Outcome {
 #[test]
 fn plugin_counts_match_loops_pinned_to_each_cpu() {
     let o = run_loops(Choice::Lab);
-    assert!(o.ok(), "{}", summary(&o));
+    assert_ok(&o);
     // The plan's loops: 25M, 50M and 100M iterations of 2 instructions on cpus 2, 4 and 7.
     let want = [0, 0, 50_000_000, 0, 100_000_000, 0, 0, 200_000_000];
     assert_eq!(counts(&o.dir, "loop_inline"), want, "inline scoreboard counts of the spin loop per vCPU");
@@ -64,8 +66,8 @@ fn loop_ns(o: &Outcome, step: &str, case: &str) -> f64 {
 
 #[test]
 fn hicount_clusters_run_at_their_speed_and_loops_overlap() {
-    let o = run::run(&hicount("cpu-timing")).unwrap();
-    assert!(o.ok(), "{}", summary(&o));
+    let o = run_and_report(&hicount("cpu-timing")).unwrap();
+    assert_ok(&o);
     let (silver, gold, prime) =
         (loop_ns(&o, "sequential", "cpu0"), loop_ns(&o, "sequential", "cpu4"), loop_ns(&o, "sequential", "cpu7"));
     // The figures (1024/306, 1024/871), within 2%.
@@ -92,10 +94,10 @@ fn hicount_clusters_run_at_their_speed_and_loops_overlap() {
 
 #[test]
 fn hicount_runs_are_bit_identical() {
-    let runs: Vec<Outcome> = (0..5).map(|_| run::run(&hicount("bench-quick")).unwrap()).collect();
+    let runs: Vec<Outcome> = (0..5).map(|_| run_and_report(&hicount("bench-quick")).unwrap()).collect();
     let read = |o: &Outcome, f: &str| std::fs::read(o.dir.join(f)).unwrap();
     for o in &runs {
-        assert!(o.ok(), "{}", summary(o));
+        assert_ok(o);
     }
     for o in &runs[1..] {
         for f in ["results.jsonl", "console.log"] {

@@ -1,20 +1,101 @@
 //! Options shared by the commands that boot a guest.
 
-use crate::harness::opts::RunOpts;
+use crate::harness::opts::{RunOpts, DEFAULT_BOARD, DEFAULT_BOOT_TIMEOUT_S};
 use crate::harness::qemu::Tcg;
+use crate::kbuild::flavor;
 use anyhow::Result;
+use clap::parser::ValueSource;
 
-#[derive(clap::Args)]
+/// The run options as parsed, and the same options as arguments (for the reproducer).
 pub struct RunArgs {
+    fields: RunFields,
+    /// Every run option given on the command line or in the environment, as `lab` arguments.
+    given: Vec<String>,
+}
+
+/// Read access to the parsed options (`args.board`, ...).
+impl std::ops::Deref for RunArgs {
+    type Target = RunFields;
+    fn deref(&self) -> &RunFields {
+        &self.fields
+    }
+}
+
+// The derived parser for the fields, plus `given` read from the matches before the derived
+// code takes the values out of them.
+impl clap::FromArgMatches for RunArgs {
+    fn from_arg_matches(m: &clap::ArgMatches) -> Result<Self, clap::Error> {
+        Self::from_arg_matches_mut(&mut m.clone())
+    }
+    fn from_arg_matches_mut(m: &mut clap::ArgMatches) -> Result<Self, clap::Error> {
+        let given = given_args(m);
+        Ok(RunArgs { fields: RunFields::from_arg_matches_mut(m)?, given })
+    }
+    fn update_from_arg_matches(&mut self, m: &clap::ArgMatches) -> Result<(), clap::Error> {
+        self.update_from_arg_matches_mut(&mut m.clone())
+    }
+    fn update_from_arg_matches_mut(&mut self, m: &mut clap::ArgMatches) -> Result<(), clap::Error> {
+        self.given = given_args(m);
+        self.fields.update_from_arg_matches_mut(m)
+    }
+}
+
+impl clap::Args for RunArgs {
+    fn group_id() -> Option<clap::Id> {
+        RunFields::group_id()
+    }
+    fn augment_args(cmd: clap::Command) -> clap::Command {
+        RunFields::augment_args(cmd)
+    }
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        RunFields::augment_args_for_update(cmd)
+    }
+}
+
+/// The run options that `m` got from the command line or the environment, in the order
+/// they are defined, as arguments that give them again: `--flag`, or `--option VALUE` for
+/// each value as it was given (a default is left out, so it stays a default).
+fn given_args(m: &clap::ArgMatches) -> Vec<String> {
+    use clap::Args as _;
+    let mut out = vec![];
+    for arg in RunFields::augment_args(clap::Command::new("run")).get_arguments() {
+        let id = arg.get_id().as_str();
+        if !matches!(m.value_source(id), Some(ValueSource::CommandLine | ValueSource::EnvVariable)) {
+            continue;
+        }
+        let long = format!("--{}", arg.get_long().expect("every run option has a long name"));
+        if !arg.get_action().takes_values() {
+            // A flag: set, or turned off by its environment variable (LAB_CACHE=false).
+            if m.get_flag(id) {
+                out.push(long);
+            }
+            continue;
+        }
+        for v in m.get_raw(id).into_iter().flatten() {
+            let v = v.to_string_lossy().into_owned();
+            // `--append -x` would read -x as an option.
+            if v.starts_with('-') {
+                out.push(format!("{long}={v}"));
+            } else {
+                out.extend([long.clone(), v]);
+            }
+        }
+    }
+    out
+}
+
+/// The options themselves (see [`RunArgs`]).
+#[derive(clap::Args, Debug)]
+pub struct RunFields {
     /// Board name in board/ or a path to a board file.
-    #[arg(long, env = "LAB_BOARD", default_value = "sa8155p", value_parser = crate::cli::catalog::Choice::boards())]
+    #[arg(long, env = "LAB_BOARD", default_value = DEFAULT_BOARD, value_parser = crate::cli::catalog::Choice::boards())]
     pub board: String,
     /// Plan name in rootfs/plans/ or a path to a plan file [default: default; shell for
     /// `shell`, conformance for `conformance`, fuzz for `fuzz`].
     #[arg(long, env = "LAB_PLAN", value_parser = crate::cli::catalog::Choice::plans())]
     pub plan: Option<String>,
     /// Kernel flavor (kernel-config/<flavor>.config or kernel-config/flavors.toml).
-    #[arg(long, env = "LAB_FLAVOR", default_value = "perf", value_parser = crate::cli::catalog::Choice::flavors())]
+    #[arg(long, env = "LAB_FLAVOR", default_value = flavor::DEFAULT, value_parser = crate::cli::catalog::Choice::flavors())]
     pub flavor: String,
     /// TCG mode [default: single; icount (deterministic) for bench, reproduce and the
     /// nightly's measurements].
@@ -24,7 +105,7 @@ pub struct RunArgs {
     #[arg(long, env = "LAB_OVERLAY")]
     pub overlay: Option<std::path::PathBuf>,
     /// Seconds to wait for the guest init's first message.
-    #[arg(long, default_value_t = 60)]
+    #[arg(long, default_value_t = DEFAULT_BOOT_TIMEOUT_S)]
     pub boot_timeout: u64,
     /// Pin vCPU threads to host CPUs.
     #[arg(long)]
@@ -90,7 +171,7 @@ fn parse_trace(s: &str) -> Result<labproto::TraceSpec, String> {
 }
 
 /// Kernel config beyond the flavor: a distinct, separately cached kernel.
-#[derive(clap::Args, Clone)]
+#[derive(clap::Args, Clone, Debug)]
 pub struct KconfigArgs {
     /// A kconfig fragment merged over the flavor (repeatable).
     #[arg(long = "kconfig", value_name = "FILE")]
@@ -171,56 +252,11 @@ impl RunArgs {
         Ok(self.collect.clone())
     }
 
-    /// The `cargo make TASK ...` line that runs this again: every option that differs from
-    /// its default (environment variables included), then `extra`.
+    /// The `cargo make TASK ...` line that runs this again: every run option given on the
+    /// command line or in the environment, then `extra`.
     pub fn reproducer(&self, task: &str, extra: &[String]) -> String {
         let mut a: Vec<String> = vec!["cargo".into(), "make".into(), task.into()];
-        let mut opt = |k: &str, v: Option<String>| {
-            a.push(format!("--{k}"));
-            a.extend(v);
-        };
-        if self.board != "sa8155p" {
-            opt("board", Some(self.board.clone()));
-        }
-        if let Some(p) = &self.plan {
-            opt("plan", Some(p.clone()));
-        }
-        if self.flavor != "perf" {
-            opt("flavor", Some(self.flavor.clone()));
-        }
-        if let Some(t) = self.tcg {
-            opt("tcg", Some(format!("{t:?}").to_lowercase()));
-        }
-        if let Some(o) = &self.overlay {
-            opt("overlay", Some(o.display().to_string()));
-        }
-        if self.boot_timeout != 60 {
-            opt("boot-timeout", Some(self.boot_timeout.to_string()));
-        }
-        for x in &self.append {
-            opt("append", Some(x.clone()));
-        }
-        if self.pin {
-            opt("pin", None);
-        }
-        if let Some(n) = self.repeat {
-            opt("repeat", Some(n.to_string()));
-        }
-        if self.until_fail {
-            opt("until-fail", None);
-        }
-        for p in &self.collect {
-            opt("collect", Some(p.clone()));
-        }
-        if let Some(n) = self.smp {
-            opt("smp", Some(n.to_string()));
-        }
-        if let Some(m) = &self.memory {
-            opt("memory", Some(m.clone()));
-        }
-        if let Some(g) = &self.filter {
-            opt("filter", Some(g.clone()));
-        }
+        a.extend(self.given.iter().cloned());
         a.extend(extra.iter().cloned());
         // cargo-make splits task arguments at ';' (its argument list is ';'-joined), so such a
         // line runs through the repository's lab.sh, which keeps arguments whole.
@@ -235,6 +271,87 @@ impl RunArgs {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cli::{Cli, Cmd};
+    use clap::{Args as _, CommandFactory as _, FromArgMatches as _, Parser as _};
+
+    /// A value other than the default for every run option (none: a flag); values that
+    /// need quoting or start with `-` included.
+    const EVERY_OPTION: &[(&str, &[&str])] = &[
+        ("board", &["symmetric"]),
+        ("plan", &["kunit"]),
+        ("flavor", &["debug"]),
+        ("tcg", &["hicount"]),
+        ("overlay", &["my overlay"]),
+        ("boot-timeout", &["90"]),
+        ("pin", &[]),
+        ("verbose", &[]),
+        ("append", &["a=b c", "-x"]),
+        ("no-eas", &[]),
+        ("qemu", &["lab"]),
+        ("plugin", &["p.so,arg={run}/x", "q.so"]),
+        ("cache", &[]),
+        ("repeat", &["3"]),
+        ("until-fail", &[]),
+        ("collect", &["/tmp/x", "/tmp/y"]),
+        ("smp", &["4"]),
+        ("memory", &["4G"]),
+        ("filter", &["ctabs.pick_*"]),
+        ("kconfig", &["x.config"]),
+        ("kconfig-add", &["CONFIG_A=y", "CONFIG_B=n"]),
+        ("gdb", &[]),
+        ("dump", &["core.elf"]),
+        ("trace", &["binder:*,sched:sched_switch"]),
+    ];
+
+    fn run_fields(argv: &[String]) -> String {
+        let Cmd::Run { run, .. } = Cli::try_parse_from(argv).unwrap().cmd else { panic!("not run") };
+        format!("{:?}", *run)
+    }
+
+    #[test]
+    fn reproducer_round_trips_every_run_option() {
+        let longs: Vec<String> = RunFields::augment_args(clap::Command::new("run"))
+            .get_arguments()
+            .map(|a| a.get_long().unwrap().to_string())
+            .collect();
+        let listed: Vec<&str> = EVERY_OPTION.iter().map(|(k, _)| *k).collect();
+        assert_eq!(longs, listed, "give the test a value for each run option");
+        let mut argv = vec!["lab".to_string(), "run".into()];
+        for (k, vs) in EVERY_OPTION {
+            if vs.is_empty() {
+                argv.push(format!("--{k}"));
+            }
+            argv.extend(vs.iter().map(|v| format!("--{k}={v}")));
+        }
+        let Cmd::Run { run, .. } = Cli::try_parse_from(&argv).unwrap().cmd else { panic!("not run") };
+        let line = run.reproducer("run-qemu", &[]);
+        let words = shlex::split(&line).unwrap();
+        assert_eq!(words[..3], ["cargo", "make", "run-qemu"], "{line}");
+        let again: Vec<String> =
+            ["lab", "run"].into_iter().map(String::from).chain(words[3..].iter().cloned()).collect();
+        assert_eq!(run_fields(&again), run_fields(&argv), "{line}");
+        // Defaults stay defaults.
+        let plain = ["lab".to_string(), "run".into()];
+        let Cmd::Run { run, .. } = Cli::try_parse_from(&plain).unwrap().cmd else { panic!() };
+        assert_eq!(run.reproducer("run-qemu", &[]), "cargo make run-qemu");
+    }
+
+    #[test]
+    fn reproducer_spells_out_options_from_the_environment() {
+        // Variables of this test's own, so that parallel tests' parses do not see them (clap
+        // reads a variable when the argument is given it).
+        std::env::set_var("LAB_TEST_REPRODUCER_QEMU", "lab");
+        std::env::set_var("LAB_TEST_REPRODUCER_CACHE", "true");
+        std::env::set_var("LAB_TEST_REPRODUCER_NO_EAS", "false");
+        let cmd = Cli::command().mut_subcommand("run", |c| {
+            c.mut_arg("qemu", |a| a.env("LAB_TEST_REPRODUCER_QEMU"))
+                .mut_arg("cache", |a| a.env("LAB_TEST_REPRODUCER_CACHE"))
+                .mut_arg("no_eas", |a| a.env("LAB_TEST_REPRODUCER_NO_EAS"))
+        });
+        let m = cmd.try_get_matches_from(["lab", "run", "--tcg", "hicount"]).unwrap();
+        let Cmd::Run { run, .. } = Cli::from_arg_matches(&m).unwrap().cmd else { panic!() };
+        assert_eq!(run.reproducer("run-qemu", &[]), "cargo make run-qemu --tcg hicount --qemu lab --cache");
+    }
 
     #[test]
     fn kconfig_args_round_trip_as_arguments() {

@@ -42,7 +42,7 @@ pub enum Cmd {
     Kernel {
         /// perf (benchmarks), debug (lockdep, KASAN, KUnit), cbinder (C driver), cbinder-spin
         /// (C driver + seed 001), ...: kernel-config/<flavor>.config or kernel-config/flavors.toml.
-        #[arg(long, env = "LAB_FLAVOR", default_value = "perf", value_parser = catalog::Choice::flavors())]
+        #[arg(long, env = "LAB_FLAVOR", default_value = crate::kbuild::flavor::DEFAULT, value_parser = catalog::Choice::flavors())]
         flavor: String,
         #[command(flatten)]
         kconfig: args::KconfigArgs,
@@ -231,13 +231,7 @@ pub enum Cmd {
 /// `lab --version`: the lab's version, its source commit, the pinned kernel and the QEMU
 /// it runs (asked only when --version is given: it starts QEMU once).
 fn long_version() -> String {
-    let commit = std::process::Command::new("git")
-        .args(["-C", &crate::support::paths::repo().display().to_string(), "describe", "--always", "--dirty"])
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_else(|| "unknown".into());
+    let commit = crate::support::paths::source_commit();
     let kernel = crate::kbuild::pin::Lock::load(&crate::kbuild::pin::Lock::path())
         .map(|l| format!("{} {}", l.kernel.package, l.kernel.version))
         .unwrap_or_else(|e| format!("no kernel.lock ({e})"));

@@ -11,7 +11,7 @@ use crate::harness::opts::{load_plan, RunOpts};
 use crate::harness::outcome::{Exit, Outcome};
 use crate::harness::qemu;
 use crate::kbuild::pin as lock;
-use crate::kbuild::{kernel, tree};
+use crate::kbuild::{flavor, kernel, tree};
 use crate::measure::bench::Profile;
 use crate::measure::gate::{better, compare, flatten, load_baseline, unit_of, Comparison, Metric, Metrics, Verdict};
 use crate::measure::reproduce;
@@ -27,8 +27,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-/// cbinder-spin starts from a copy of cbinder's O= directory (two C files, cheap).
-pub const FLAVORS: [&str; 4] = ["perf", "debug", "cbinder", "cbinder-spin"];
 /// A kernel of its own (lockdep + KASAN on the C driver with seed 001's patch, ~20 min cold):
 /// the full profile only, so the quick nightly in `cargo make test` stays within cold CI's budget.
 pub const FULL_ONLY_FLAVOR: &str = "cbinder-spin-debug";
@@ -221,7 +219,7 @@ pub fn run(opts: &Opts) -> Result<Nightly> {
         metrics,
         comparisons,
         wall_s: t0.elapsed().as_secs_f64(),
-        lab_commit: lab_commit(),
+        lab_commit: paths::source_commit(),
         kcidb_error: None,
         interrupted: crate::harness::run::interrupted(),
     };
@@ -237,7 +235,7 @@ pub fn run(opts: &Opts) -> Result<Nightly> {
 
 fn build_kernels(profile: Profile) -> Vec<BuildRec> {
     let mut builds = vec![];
-    for flavor in FLAVORS.into_iter().chain((profile == Profile::Full).then_some(FULL_ONLY_FLAVOR)) {
+    for flavor in flavor::TESTED.into_iter().chain((profile == Profile::Full).then_some(FULL_ONLY_FLAVOR)) {
         progress::note(format!("nightly: kernel {flavor}"));
         let t = Instant::now();
         let r = kernel::build(flavor);
@@ -296,7 +294,7 @@ fn run_stages(opts: &Opts) -> Result<Vec<Stage>> {
         let started = rfc3339_now();
         let mut opts_f = RunOpts { flavor: flavor.into(), ..opts.base.clone() };
         opts_f.append.extend(stage_append(flavor, kind));
-        let result = plan.and_then(|p| report::run_plan(&p, &opts_f).map_err(|e| format!("{e:#}")));
+        let result = plan.and_then(|p| report::run_plan_and_report(&p, &opts_f).map_err(|e| format!("{e:#}")));
         progress::set(outer);
         let artifacts = opts.out.join(name);
         if let Ok(o) = &result {
@@ -444,15 +442,6 @@ struct NightlyJson<'a> {
     stages: Vec<StageJson<'a>>,
     metrics: &'a Metrics,
     comparisons: &'a [Comparison],
-}
-
-fn lab_commit() -> String {
-    let out =
-        std::process::Command::new("git").current_dir(paths::repo()).args(["describe", "--always", "--dirty"]).output();
-    match out {
-        Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).trim().to_string(),
-        _ => "unknown".into(),
-    }
 }
 
 fn write_artifacts(n: &Nightly, opts: &Opts, lock: &lock::Lock) -> Result<()> {

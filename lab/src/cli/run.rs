@@ -8,7 +8,7 @@ use crate::report::{self, summary::summary};
 use anyhow::Result;
 
 pub fn run(args: &RunArgs) -> Result<Exit> {
-    let o = report::run(&args.opts("default")?)?;
+    let o = report::run_and_report(&args.opts("default")?)?;
     print!("{}", summary(&o));
     if !o.ok() {
         println!("reproduce: {}", args.reproducer("run-qemu", &[]));
@@ -24,7 +24,7 @@ pub fn command(args: &RunArgs, timeout_s: u64, command: &[String]) -> Result<Exi
     }
     let plan = adhoc::command_plan(command, timeout_s);
     let opts = crate::harness::opts::RunOpts { stream: true, ..args.opts("default")? };
-    let o = report::run_plan(&plan, &opts)?;
+    let o = report::run_plan_and_report(&plan, &opts)?;
     let code = adhoc::exit_code(&o);
     eprint!("{}", summary(&o));
     if code != 0 {
@@ -69,7 +69,7 @@ pub fn case_list() -> String {
 pub fn suite(args: &RunArgs, default_plan: &str, sel: &CaseArgs) -> Result<Exit> {
     let opts = args.opts(default_plan)?;
     let plan = adhoc::select_cases(&crate::harness::opts::load_plan(&opts.plan)?, &sel.cases, &sel.skip)?;
-    let o = report::run_plan(&plan, &opts)?;
+    let o = report::run_plan_and_report(&plan, &opts)?;
     print!("{}", report::case_table(&o));
     println!(
         "kernel: {} flavor; reports: {} and {}",

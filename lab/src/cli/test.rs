@@ -32,8 +32,7 @@ pub fn run() -> Result<Exit> {
     if !cargo(&["test", "--manifest-path", guest.to_str().unwrap()], "guest unit tests (on the host)")? {
         return Ok(Exit::TestFailure);
     }
-    // cbinder-spin starts from a copy of cbinder's O= directory: two C files and a link.
-    for flavor in ["perf", "debug", "cbinder", "cbinder-spin"] {
+    for flavor in crate::kbuild::flavor::TESTED {
         eprintln!("\n=== kernel {flavor}");
         let b = kernel::build(flavor)?;
         eprintln!("kernel {flavor}: {} ({})", b.image().display(), b.kernel_release());

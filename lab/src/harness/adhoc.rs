@@ -76,10 +76,11 @@ pub fn step_output<'a>(plan: &Plan, line: &'a str) -> Option<&'a str> {
     plan.steps.iter().any(|s| s.name == labproto::plan_step(name)).then_some(text)
 }
 
-/// Prints a step's output line on stdout (other console lines stay in console.log).
+/// Passes a step's output line to the reporter (the CLI's prints it on stdout); other
+/// console lines stay in console.log.
 pub fn stream_line(plan: &Plan, line: &str) {
     if let Some(text) = step_output(plan, line) {
-        println!("{text}");
+        crate::support::progress::output(text);
     }
 }
 

@@ -7,6 +7,11 @@ use labproto::Plan;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+/// The board a run boots unless `--board` says otherwise.
+pub const DEFAULT_BOARD: &str = "sa8155p";
+/// Seconds to wait for the guest init's first message unless `--boot-timeout` says otherwise.
+pub const DEFAULT_BOOT_TIMEOUT_S: u64 = 60;
+
 #[derive(Clone, Debug)]
 pub struct RunOpts {
     /// Board name in board/ (`sa8155p`) or a path to a board file.
@@ -60,14 +65,14 @@ pub struct RunOpts {
 impl Default for RunOpts {
     fn default() -> Self {
         RunOpts {
-            board: "sa8155p".into(),
+            board: DEFAULT_BOARD.into(),
             plan: "default".into(),
-            flavor: "perf".into(),
+            flavor: crate::kbuild::flavor::DEFAULT.into(),
             // Boots fastest here: 8 vCPU threads on a 2-core host contend under MTTCG.
             tcg: Tcg::Single,
             icount_shift: 3,
             overlay: None,
-            boot_timeout: Duration::from_secs(60),
+            boot_timeout: Duration::from_secs(DEFAULT_BOOT_TIMEOUT_S),
             echo: false,
             pin: false,
             append: vec![],

@@ -23,6 +23,13 @@ pub const DEFAULT_SERIES: &[&str] = &["rust-driver"];
 /// Where composed flavors are declared.
 pub const MANIFEST: &str = "flavors.toml";
 
+/// The flavor a run or a kernel build uses unless `--flavor` says otherwise.
+pub const DEFAULT: &str = "perf";
+
+/// The kernels `cargo make test` and every nightly build; cbinder-spin starts from a copy of
+/// cbinder's O= directory (two C files and a link), so it comes after cbinder.
+pub const TESTED: [&str; 4] = ["perf", "debug", "cbinder", "cbinder-spin"];
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Entry {

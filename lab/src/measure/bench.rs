@@ -393,7 +393,7 @@ pub fn execute_plan(
     threads: Option<usize>,
     base: &RunOpts,
 ) -> Result<(Outcome, String)> {
-    let outcome = crate::report::run_plan(plan, base)?;
+    let outcome = crate::report::run_plan_and_report(plan, base)?;
     let board = crate::harness::opts::load_board_file(&base.board, base.smp, base.memory.as_deref())?.0;
     let config = Config { threads, eas: !base.no_eas && board.has_eas(), cache: base.cache };
     let text = write_report(&outcome.dir, profile, reps, &config, &board, &outcome.events)?;

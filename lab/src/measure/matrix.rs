@@ -84,7 +84,7 @@ pub fn run(profile: Profile, reps: usize, base: &RunOpts, out: &Path) -> Result<
     let mut outcomes: Vec<Outcome> = vec![];
     let mut sections = String::new();
     for c in CONFIGS {
-        eprintln!("lab bench --matrix: {}", c.describe());
+        crate::support::progress::note(format!("bench --matrix: {}", c.describe()));
         let opts = RunOpts { no_eas: !c.eas, name: format!("bench-{}", label(&c).replace('+', "-")), ..base.clone() };
         let (o, text) = bench::execute(profile, reps, c.threads, &opts)?;
         let text = text + &crate::measure::reproduce::append_seed000(&o.dir, &o.events)?;

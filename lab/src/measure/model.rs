@@ -15,7 +15,7 @@ use crate::measure::bench::{self, Job, Profile};
 use crate::measure::reproduce::{self, Seeds};
 use crate::measure::samples::{self, Row, Samples};
 use crate::measure::table::{est, lab_dir, mark, pct, seed_dir, show, show_delta, show_in, LEGEND};
-use crate::report::run_plan;
+use crate::report::run_plan_and_report;
 use anyhow::{bail, Context, Result};
 use labproto::{Event, Plan, Step};
 use serde::Serialize;
@@ -137,13 +137,13 @@ fn jobs(size: Size) -> Vec<Job> {
 /// counters but says nothing about the guest, whose run is deterministic. A second failure
 /// stops the model, naming both.
 fn run_once_more(plan: &Plan, opts: &RunOpts) -> Result<Outcome> {
-    let first = run_plan(plan, opts)?;
+    let first = run_plan_and_report(plan, opts)?;
     if first.ok() {
         return Ok(first);
     }
     let why = |o: &Outcome| format!("{}: {}", o.dir.display(), o.problems().join("; "));
     crate::support::progress::note(format!("model: {} failed ({}), running it once more", plan.name, why(&first)));
-    let second = run_plan(plan, opts)?;
+    let second = run_plan_and_report(plan, opts)?;
     if !second.ok() {
         bail!("{} failed twice: {} / {}", plan.name, why(&first), why(&second));
     }

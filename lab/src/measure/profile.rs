@@ -208,7 +208,7 @@ pub fn profiled_run(opts: &RunOpts) -> Result<(Outcome, Profile)> {
     let so = crate::kbuild::qemu::build_plugin(PLUGIN)?;
     let mut opts = opts.clone();
     opts.plugins.push(format!("{},out={{run}}/{RAW}", so.display()));
-    let o = crate::report::run(&opts)?;
+    let o = crate::report::run_and_report(&opts)?;
     // The map of the kernel that ran, as the manifest names it.
     let m: serde_json::Value = serde_json::from_slice(&std::fs::read(o.dir.join("manifest.json"))?)?;
     let kernel_dir =

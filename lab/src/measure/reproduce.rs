@@ -14,7 +14,7 @@ use crate::measure::samples::{self, Row, Samples, MODES, MODE_NAMES};
 use crate::measure::seed001::Seed001;
 use crate::measure::table::{big, delta, est, lab_head, lab_row, pct, show, show_delta};
 pub use crate::measure::table::{lab_dir, mark, seed_dir, Dir, LEGEND};
-use crate::report::run_plan;
+use crate::report::run_plan_and_report;
 use anyhow::{Context, Result};
 use labproto::Event;
 use serde::{Deserialize, Serialize};
@@ -439,7 +439,7 @@ pub fn seed002(sizes: Sizes, base: &RunOpts) -> Result<Experiment> {
     let modes: Vec<(u32, Vec<String>)> =
         [0u32, 1].iter().map(|m| (*m, vec!["--defer-tc".into(), m.to_string()])).collect();
     let plan = bench::interleaved("seed002", sizes.sendvec_reps, &[job], &modes);
-    Ok(Experiment::new(vec![run_plan(&plan, base)?]))
+    Ok(Experiment::new(vec![run_plan_and_report(&plan, base)?]))
 }
 
 /// Known limits of the emulation, printed with the tables.

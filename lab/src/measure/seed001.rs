@@ -107,7 +107,7 @@ pub fn run(sizes: Size, base: &RunOpts) -> Result<Vec<Outcome>> {
             let flavor = flavor_of(mode, base);
             let plan = boot_plan(&format!("seed001-{flavor}"), sizes, mode, rounds);
             let opts = RunOpts { flavor, ..base.clone() };
-            outcomes.push(crate::report::run_plan(&plan, &opts)?);
+            outcomes.push(crate::report::run_plan_and_report(&plan, &opts)?);
         }
     }
     Ok(outcomes)

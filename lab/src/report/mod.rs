@@ -26,17 +26,17 @@ pub fn write_reports(dir: &Path, o: &Outcome) -> Result<()> {
     write_atomic(&dir.join("results.ktap"), ktap::ktap(o).as_bytes())
 }
 
-/// Runs `plan` (see [`harness_run::run_plan`]) and leaves its JUnit and TAP reports in the
-/// run directory, as every run does.
-pub fn run_plan(plan: &Plan, opts: &RunOpts) -> Result<Outcome> {
+/// Boots a guest, runs `plan` in it (see [`harness_run::run_plan`]) and leaves its JUnit,
+/// TAP and KTAP reports in the run directory: how every command and test runs a plan.
+pub fn run_plan_and_report(plan: &Plan, opts: &RunOpts) -> Result<Outcome> {
     let o = harness_run::run_plan(plan, opts)?;
     write_reports(&o.dir, &o)?;
     Ok(o)
 }
 
-/// Runs the plan `opts.plan` names, with its reports.
-pub fn run(opts: &RunOpts) -> Result<Outcome> {
-    run_plan(&crate::harness::opts::load_plan(&opts.plan)?, opts)
+/// [`run_plan_and_report`] for the plan `opts.plan` names.
+pub fn run_and_report(opts: &RunOpts) -> Result<Outcome> {
+    run_plan_and_report(&crate::harness::opts::load_plan(&opts.plan)?, opts)
 }
 
 #[cfg(test)]

@@ -7,6 +7,19 @@ pub fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("lab/ sits in the workspace").to_path_buf()
 }
 
+/// `git describe --always --dirty` of the repository (for `--version` and the nightly's
+/// records), or `unknown` outside a git checkout.
+pub fn source_commit() -> String {
+    std::process::Command::new("git")
+        .current_dir(repo())
+        .args(["describe", "--always", "--dirty"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_else(|| "unknown".into())
+}
+
 /// The lab's cache: `$BINDER_LAB_CACHE`, else `$XDG_CACHE_HOME/binder-lab`, else
 /// `~/.cache/binder-lab`. It outlives clones, so CI reuses kernel builds between runs.
 pub fn cache() -> PathBuf {

@@ -1,5 +1,5 @@
 //! The one reporter library code talks to: progress notes ("kernel perf is up to date") and,
-//! when a run asks for it, the live guest console. The library never prints; the CLI, the
+//! when a run asks for it, the live guest console or a step's own output. The library never prints; the CLI, the
 //! tests and the nightly each install the reporter that shows things their way (the default
 //! writes to stderr, as the CLI wants).
 
@@ -10,9 +10,12 @@ pub trait Reporter: Send + Sync {
     fn note(&self, msg: &str);
     /// A guest console line (only for runs with `echo`).
     fn console(&self, line: &str);
+    /// A line of a step's own output (only for runs with `stream`: `lab run -- CMD`).
+    fn output(&self, line: &str);
 }
 
-/// `lab: MSG` and `  | LINE` on stderr.
+/// `lab: MSG` and `  | LINE` on stderr; a step's output as it is on stdout (it is the
+/// output of the user's command).
 pub struct Stderr;
 
 impl Reporter for Stderr {
@@ -21,6 +24,9 @@ impl Reporter for Stderr {
     }
     fn console(&self, line: &str) {
         eprintln!("  | {line}");
+    }
+    fn output(&self, line: &str) {
+        println!("{line}");
     }
 }
 
@@ -36,6 +42,10 @@ impl Reporter for Prefixed {
     }
     fn console(&self, line: &str) {
         self.inner.console(&format!("{}{line}", self.prefix));
+    }
+    /// Unprefixed: it is the command's own output.
+    fn output(&self, line: &str) {
+        self.inner.output(line);
     }
 }
 
@@ -60,6 +70,10 @@ pub fn console(line: &str) {
     current().console(line);
 }
 
+pub fn output(line: &str) {
+    current().output(line);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -73,6 +87,9 @@ mod tests {
         fn console(&self, line: &str) {
             self.0.lock().unwrap().push(format!("| {line}"));
         }
+        fn output(&self, line: &str) {
+            self.0.lock().unwrap().push(format!("> {line}"));
+        }
     }
 
     #[test]
@@ -82,10 +99,12 @@ mod tests {
         let old = set(prefixed);
         note("kernel perf is up to date");
         console("boot");
+        output("from-the-guest");
         set(old);
         let got = cap.0.lock().unwrap().clone();
         // Other tests may note concurrently: look for ours.
         assert!(got.contains(&"[stage] kernel perf is up to date".to_string()), "{got:?}");
         assert!(got.contains(&"| [stage] boot".to_string()), "{got:?}");
+        assert!(got.contains(&"> from-the-guest".to_string()), "{got:?}");
     }
 }

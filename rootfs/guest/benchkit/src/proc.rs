@@ -2,16 +2,10 @@
 
 use std::fs::File;
 use std::io::{Read, Write};
-use std::os::fd::FromRawFd;
 
 fn pipe() -> std::io::Result<(File, File)> {
-    let mut fds = [0; 2];
-    // SAFETY: fds is a valid two-element array for pipe2(2).
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: both fds were just created and are owned by the returned Files only.
-    Ok(unsafe { (File::from_raw_fd(fds[0]), File::from_raw_fd(fds[1])) })
+    let (r, w) = syskit::pipe()?;
+    Ok((File::from(r), File::from(w)))
 }
 
 /// One end of a bidirectional pipe pair (like binderThroughputTest's `Pipe`).
@@ -64,19 +58,7 @@ pub struct Child {
 /// Forks; the child runs `f` and exits with its result. Call only while the process is
 /// single-threaded.
 pub fn fork<F: FnOnce() -> i32>(f: F) -> std::io::Result<Child> {
-    let _ = std::io::stdout().flush();
-    // SAFETY: the callers fork from their main thread before starting any thread.
-    let pid = unsafe { libc::fork() };
-    if pid < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    if pid == 0 {
-        let code = f();
-        let _ = std::io::stdout().flush();
-        // SAFETY: ends the forked child without running the parent's exit handlers.
-        unsafe { libc::_exit(code) }
-    }
-    Ok(Child { pid })
+    Ok(Child { pid: syskit::fork(f)? })
 }
 
 impl Child {
@@ -89,11 +71,7 @@ impl Child {
         if r < 0 {
             return -1;
         }
-        if libc::WIFEXITED(st) {
-            libc::WEXITSTATUS(st)
-        } else {
-            128 + libc::WTERMSIG(st)
-        }
+        syskit::decode_status(st)
     }
 
     /// SIGKILL and reap.

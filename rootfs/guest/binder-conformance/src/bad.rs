@@ -7,11 +7,11 @@ use crate::common::*;
 use binder::looper::Looper;
 use binder::parcel::{Object, Parcel};
 use binder::protocol::{Command, TransactionData, WriteBuf};
-use binder::testkit::payload;
-use binder::testkit::Driver;
 use binder::uapi::*;
 use binder::{Binder, CallOpts, Device, Error, Incoming, OpenOptions, Reply};
 use serde_json::{json, Value};
+use testkit::payload;
+use testkit::Driver;
 
 /// An echo server and a client with a handle `h` to it: `(server, client, h)`.
 fn echo_server(ctx: &Ctx) -> Result<(Server, Binder, u32), CaseError> {
@@ -245,7 +245,7 @@ pub fn bad_offsets(ctx: &Ctx, data: &mut Data) -> CaseResult {
     // Failed transactions must not leave references behind (the one on the server's node
     // goes first).
     c.release(h)?;
-    let st = binder::testkit::logs::Stats::read()?;
+    let st = testkit::logs::Stats::read()?;
     let refs: u64 = st.proc(getpid()).iter().map(|p| p.refs).sum();
     check!(refs == 0, "{refs} ref(s) left after the rejected transactions");
     drop(c);

@@ -13,11 +13,6 @@ use crate::common::*;
 use binder::looper::Looper;
 use binder::parcel::{Object, Parcel};
 use binder::protocol::Return;
-use binder::testkit::child::fork_child;
-use binder::testkit::kmsg::{self, Kmsg};
-use binder::testkit::payload;
-use binder::testkit::rng::mix;
-use binder::testkit::Driver;
 use binder::uapi::*;
 use binder::{sm, Binder, CallOpts, Device, Error, EventLog, Incoming, OpenOptions, Reply};
 use serde_json::{json, Value};
@@ -25,6 +20,11 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use syskit::child::fork_child;
+use testkit::kmsg::{self, Kmsg};
+use testkit::payload;
+use testkit::rng::mix;
+use testkit::Driver;
 
 fn client(ctx: &Ctx) -> Result<Binder, CaseError> {
     Binder::open(&ctx.dev).ctx("open client device")
@@ -460,7 +460,7 @@ pub fn refcounts(ctx: &Ctx, data: &mut Data) -> CaseResult {
 
     // The client holds no refs now (once it drops the one on the owner's node).
     c.release(ho)?;
-    let st = binder::testkit::logs::Stats::read()?;
+    let st = testkit::logs::Stats::read()?;
     let refs: u64 = st.proc(getpid()).iter().map(|p| p.refs).sum();
     check!(refs == 0, "{refs} ref(s) left in the client");
     drop(c);

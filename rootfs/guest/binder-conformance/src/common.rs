@@ -2,12 +2,12 @@
 
 use binder::looper::Looper;
 use binder::sm::{self, ForkedServiceManager};
-use binder::testkit::logs::Stats;
-use binder::testkit::Driver;
 use binder::{Binder, Device, EventLog, Incoming, OpenOptions, Reply};
 use serde_json::{json, Value};
 use std::fmt::Display;
 use std::time::{Duration, Instant};
+use testkit::logs::Stats;
+use testkit::Driver;
 
 /// Case data reported with the result (pass or fail).
 pub type Data = serde_json::Map<String, Value>;

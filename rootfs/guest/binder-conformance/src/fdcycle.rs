@@ -16,14 +16,14 @@
 use crate::check;
 use crate::common::*;
 use binder::parcel::{Object, Parcel};
-use binder::testkit::child::fork_child;
-use binder::testkit::logs::Stats;
-use binder::testkit::Driver;
 use binder::uapi::*;
 use binder::{Binder, CallOpts, Device, Error};
 use serde_json::json;
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
+use syskit::child::fork_child;
+use testkit::logs::Stats;
+use testkit::Driver;
 
 /// Which fd the child sends in its queued transaction.
 #[derive(Clone, Copy, Debug)]

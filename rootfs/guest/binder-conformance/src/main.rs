@@ -20,14 +20,14 @@ mod seed002;
 mod stress;
 mod zap_race;
 
-use binder::testkit::child::fork_child;
-use binder::testkit::kmsg::{self, Kmsg};
-use binder::testkit::logs::{self, Stats};
-use binder::testkit::{is_debug_kernel, Driver};
 use common::{CaseError, CaseResult, Ctx, Data, SUMMARY};
 use labproto::{report, Status};
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
+use syskit::child::fork_child;
+use testkit::kmsg::{self, Kmsg};
+use testkit::logs::{self, Stats};
+use testkit::{is_debug_kernel, Driver};
 
 pub struct Case {
     pub name: &'static str,

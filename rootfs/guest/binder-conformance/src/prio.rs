@@ -27,12 +27,12 @@ use crate::check;
 use crate::common::*;
 use crate::seed002::{set_switch, Restore};
 use binder::parcel::{Object, Parcel};
-use binder::testkit::child::fork_child;
 use binder::uapi::*;
 use binder::{Binder, CallOpts, Incoming, Reply};
 use serde_json::json;
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
+use syskit::child::fork_child;
 
 pub use labproto::PRIO_INHERIT_FILE as PRIO_SWITCH;
 

@@ -25,17 +25,17 @@ use crate::check;
 use crate::common::*;
 use binder::looper::Looper;
 use binder::parcel::Parcel;
-use binder::testkit::child::{fork_child, Child};
-use binder::testkit::logs::Stats;
-use binder::testkit::payload;
-use binder::testkit::rng::{mix, Rng};
-use binder::testkit::{binder_rss_kb, resident_pages};
 use binder::{Binder, Device, Error, Reply};
 use serde_json::{json, Value};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use syskit::child::{fork_child, Child};
+use testkit::logs::Stats;
+use testkit::payload;
+use testkit::rng::{mix, Rng};
+use testkit::{binder_rss_kb, resident_pages};
 
 const ECHO: u32 = 1;
 const HOLD_ECHO: u32 = 2;
@@ -74,7 +74,7 @@ fn write_drop_caches() -> std::io::Result<()> {
 }
 
 /// The server process: verifies requests, answers with derived payloads, holds some.
-fn server(dev: &str, chan: &mut binder::testkit::child::Chan) -> Result<(), String> {
+fn server(dev: &str, chan: &mut syskit::child::Chan) -> Result<(), String> {
     let d = Device::open(dev).map_err(|e| e.to_string())?;
     d.become_context_manager_retry(None, Duration::from_secs(10)).map_err(|e| e.to_string())?;
     let (map, map_len) = d.mapping();
@@ -191,7 +191,7 @@ fn client_thread(dev: Arc<Device>, seed: u64, deadline: Instant) -> Result<(u64,
     Ok((ops, bytes, full))
 }
 
-fn client(dev: &str, idx: u64, seed: u64, secs: f64, chan: &mut binder::testkit::child::Chan) -> Result<(), String> {
+fn client(dev: &str, idx: u64, seed: u64, secs: f64, chan: &mut syskit::child::Chan) -> Result<(), String> {
     chan.expect("go", Duration::from_secs(60))?;
     let d = Device::open(dev).map_err(|e| e.to_string())?;
     let deadline = Instant::now() + Duration::from_secs_f64(secs);

@@ -20,14 +20,14 @@ use crate::check;
 use crate::common::*;
 use binder::looper::Looper;
 use binder::parcel::Parcel;
-use binder::testkit::child::{fork_child, Chan};
-use binder::testkit::payload;
-use binder::testkit::rng::Rng;
 use binder::{Binder, Device, Error, Reply};
 use serde_json::json;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use syskit::child::{fork_child, Chan};
+use testkit::payload;
+use testkit::rng::Rng;
 
 /// The CPU shared by the shrinker thread and the client, and the server's CPU.
 const RACE_CPU: u32 = 1;

@@ -27,15 +27,15 @@
 mod shm;
 mod worker;
 
-use binder::testkit::kmsg::{self, Kmsg};
-use binder::testkit::logs::Stats;
-use binder::testkit::rng::{mix, Rng};
 use labproto::{report, Status};
 use serde_json::{json, Value};
 use shm::{Shm, MAX_SLOTS, MAX_THREADS, N_OPS, N_STATS, OP_NAMES, STAT_NAMES};
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
+use testkit::kmsg::{self, Kmsg};
+use testkit::logs::Stats;
+use testkit::rng::{mix, Rng};
 
 struct Config {
     seed: u64,
@@ -98,7 +98,7 @@ fn random_seed() -> u64 {
 }
 
 fn config() -> Config {
-    let debug = binder::testkit::is_debug_kernel();
+    let debug = testkit::is_debug_kernel();
     let mut cfg = Config {
         seed: random_seed(),
         ops: 20_000,
@@ -311,7 +311,7 @@ impl<'a> Supervisor<'a> {
             if pid <= 0 {
                 return;
             }
-            let code = binder::testkit::child::decode_status(st);
+            let code = syskit::decode_status(st);
             *self.exits.entry(code).or_default() += 1;
             let Some(i) = self.live.iter().position(|l| l.pid == pid) else { continue };
             let l = self.live.swap_remove(i);
@@ -404,7 +404,7 @@ impl<'a> Supervisor<'a> {
 }
 
 /// Binder processes (by binderfs stats) not in `baseline`, waited for up to `wait`.
-fn leftover_procs(baseline: &[i32], wait: Duration) -> Vec<binder::testkit::logs::ProcStats> {
+fn leftover_procs(baseline: &[i32], wait: Duration) -> Vec<testkit::logs::ProcStats> {
     let t = Instant::now();
     loop {
         let st = Stats::read().unwrap_or_default();
@@ -418,7 +418,7 @@ fn leftover_procs(baseline: &[i32], wait: Duration) -> Vec<binder::testkit::logs
 
 fn main() {
     let cfg = config();
-    let scale = if binder::testkit::is_debug_kernel() { 4.0 } else { 1.0 };
+    let scale = if testkit::is_debug_kernel() { 4.0 } else { 1.0 };
     eprintln!(
         "binder-fuzz: seed {:#x}, {} ops or {} s, {} processes x {} threads on {} (replay: cargo make fuzz \
          --append binder_fuzz.seed={:#x})",
@@ -545,7 +545,7 @@ fn report_kernel_log(cfg: &Config, log: &LogWatch) -> bool {
 /// The `leaks` result.
 fn report_leaks(
     cfg: &Config,
-    leftover: &[binder::testkit::logs::ProcStats],
+    leftover: &[testkit::logs::ProcStats],
     after: &Stats,
     took: Duration,
     release_wait: Duration,

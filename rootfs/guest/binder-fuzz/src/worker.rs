@@ -12,12 +12,12 @@
 use crate::shm::{self, stat, Shm};
 use binder::parcel::{objects_at, Object};
 use binder::protocol::{Command, Return, ReturnReader, TransactionData};
-use binder::testkit::rng::Rng;
 use binder::uapi::*;
 use std::collections::VecDeque;
 use std::os::fd::RawFd;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
+use testkit::rng::Rng;
 
 /// Scratch memory per thread and how it is split.
 const ARENA: usize = 256 * 1024;

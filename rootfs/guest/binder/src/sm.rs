@@ -4,14 +4,16 @@
 //! The manager keeps a strong reference (BC_ACQUIRE) on every registered handle, as the
 //! reference that came with the `add` transaction goes away when its buffer is freed.
 
+use crate::device::{Device, OpenOptions};
+use crate::error::{Error, Result};
 use crate::looper::Looper;
 use crate::parcel::{Object, Parcel};
-use crate::testkit::child::{fork_child, Child};
-use crate::{Binder, Device, Error, EventLog, Incoming, OpenOptions, Reply, Result};
+use crate::thread::{Binder, EventLog, Incoming, Reply};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use syskit::child::{fork_child, Child};
 
 pub const SM_ADD: u32 = 1;
 pub const SM_GET: u32 = 2;
@@ -62,7 +64,7 @@ pub struct ForkedServiceManager {
 impl ForkedServiceManager {
     /// Forks, and in the child becomes the context manager (waiting up to `wait`) and
     /// serves until [`ForkedServiceManager::stop`] or until the parent dies. Call it while
-    /// the calling process is single-threaded (see [`crate::testkit::child`]).
+    /// the calling process is single-threaded (see [`syskit::child`]).
     pub fn start(path: impl AsRef<Path>, wait: Duration) -> Result<ForkedServiceManager> {
         let path = path.as_ref().to_path_buf();
         let mut child = fork_child(move |chan| {

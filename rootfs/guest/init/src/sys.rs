@@ -4,17 +4,10 @@ use std::ffi::{CStr, CString};
 use std::io::{self, Write};
 use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
+use syskit::cvt;
 
 pub fn cstr(s: &str) -> CString {
     CString::new(s).expect("no NUL in built-in strings")
-}
-
-fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(r)
-    }
 }
 
 /// Console log line. Never panics (eprintln! would, and a panic in PID 1 powers off).

@@ -148,7 +148,7 @@ fn eas_probe(sysctl: &Path) -> Vec<String> {
     if read_trim(sysctl).as_deref() != Some("1") {
         return vec![];
     }
-    let Ok(mut k) = binder::testkit::kmsg::Kmsg::open_at_end() else { return vec![] };
+    let Ok(mut k) = testkit::kmsg::Kmsg::open_at_end() else { return vec![] };
     let toggled = fs::write(sysctl, "0").is_ok() && fs::write(sysctl, "1").is_ok();
     let mut lines: Vec<String> =
         k.read_new().into_iter().map(|r| r.text).filter(|t| t.contains("EAS") || t.contains(" pd")).collect();

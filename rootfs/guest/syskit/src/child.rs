@@ -5,25 +5,10 @@
 //! Children get SIGKILL when the forking thread dies (PR_SET_PDEATHSIG), so a killed case
 //! takes its helpers with it.
 
+use crate::{decode_status, fork, pipe};
 use std::io::{self, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
-
-fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(r)
-    }
-}
-
-fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0; 2];
-    // SAFETY: fds is a valid array of two ints for pipe2 to fill.
-    cvt(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) })?;
-    // SAFETY: both fds were just created and are owned by nobody else.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
-}
 
 /// One end of a bidirectional line channel.
 pub struct Chan {
@@ -118,31 +103,20 @@ pub struct Child {
     status: Option<i32>,
 }
 
-/// Exit status as a number: the exit code, or 128 + signal.
-pub fn decode_status(st: libc::c_int) -> i32 {
-    if libc::WIFEXITED(st) {
-        libc::WEXITSTATUS(st)
-    } else if libc::WIFSIGNALED(st) {
-        128 + libc::WTERMSIG(st)
-    } else {
-        -1
-    }
-}
-
 /// Forks; the child runs `f` with its end of the channel and exits with its return value.
 pub fn fork_child<F: FnOnce(&mut Chan) -> i32>(f: F) -> io::Result<Child> {
     let (p_rx, c_tx) = pipe()?;
     let (c_rx, p_tx) = pipe()?;
-    let _ = io::stdout().flush();
-    let _ = io::stderr().flush();
     // SAFETY: getpid has no preconditions.
     let parent = unsafe { libc::getpid() };
-    // SAFETY: the documented precondition of this module: the caller is single-threaded,
-    // so the child may run arbitrary code.
-    let pid = cvt(unsafe { libc::fork() })?;
-    if pid == 0 {
-        drop(p_rx);
-        drop(p_tx);
+    let parent_ends = [p_rx.as_raw_fd(), p_tx.as_raw_fd()];
+    // The closure owns the child's ends: the parent closes them when fork drops it unrun.
+    let pid = fork(move || {
+        // SAFETY: the child's copies of the parent's ends, which nothing in the child uses
+        // (their owners stay with the parent's code, which the child never runs again).
+        parent_ends.iter().for_each(|&fd| unsafe {
+            libc::close(fd);
+        });
         // SAFETY: prctl/getppid have no memory preconditions.
         unsafe {
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0);
@@ -153,13 +127,8 @@ pub fn fork_child<F: FnOnce(&mut Chan) -> i32>(f: F) -> io::Result<Child> {
         let mut chan = Chan { rx: c_rx, tx: c_tx, buf: Vec::new() };
         let code = f(&mut chan);
         drop(chan);
-        let _ = io::stdout().flush();
-        let _ = io::stderr().flush();
-        // SAFETY: _exit ends the child without running the parent's exit handlers twice.
-        unsafe { libc::_exit(code) };
-    }
-    drop(c_rx);
-    drop(c_tx);
+        code
+    })?;
     Ok(Child { pid, chan: Chan { rx: p_rx, tx: p_tx, buf: Vec::new() }, status: None })
 }
 

@@ -2,7 +2,7 @@
 //! and an FNV-1a checksum at the end. A payload whose bytes were lost, zeroed, moved or
 //! mixed with another's fails [`verify`].
 
-use super::rng::Rng;
+use crate::rng::Rng;
 
 const MAGIC: u32 = 0x3150_4c42; // "BLP1"
 /// Header (magic u32, len u32, seed u64) plus trailing checksum u64.

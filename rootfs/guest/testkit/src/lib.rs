@@ -1,8 +1,8 @@
 //! Helpers shared by the guest test programs (conformance suite, fuzzer): seeded random
-//! numbers, checksummed payloads, the kernel log, binderfs statistics, forked helper
-//! processes. Everything but [`child`] and [`kmsg`] I/O is pure and tested on the host.
+//! numbers, checksummed payloads, the kernel log, binderfs statistics, which driver runs.
+//! Everything but [`kmsg`] I/O is pure and tested on the host. Forked helper processes
+//! are `syskit::child`.
 
-pub mod child;
 pub mod kmsg;
 pub mod logs;
 pub mod payload;
