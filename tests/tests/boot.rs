@@ -225,6 +225,65 @@ fn sigterm_ends_a_nightly_with_the_boot_it_was_in() {
     }
 }
 
+/// Deterministic boots (`--tcg icount`) run two at a time (`-j 2`) leave the same bytes as one
+/// at a time: the guest's results and its whole console, boot for boot.
+#[test]
+fn icount_boots_two_at_once_match_one_at_a_time_byte_for_byte() {
+    let plans =
+        [lab::harness::opts::load_plan("bench-quick").unwrap(), lab::harness::opts::load_plan("default").unwrap()];
+    let boot = |jobs: usize| {
+        let o = RunOpts { tcg: lab::harness::qemu::Tcg::Icount, jobs, ..Default::default() };
+        lab::harness::boots::each(&o, &plans, |p| p.name.clone(), |p| run::run_plan(p, &o)).unwrap()
+    };
+    let (one, two) = (boot(1), boot(2));
+    for (a, b) in one.iter().zip(&two) {
+        assert_ok(a);
+        assert_ok(b);
+        for f in ["results.jsonl", "console.log"] {
+            let read = |o: &Outcome| std::fs::read(o.dir.join(f)).unwrap();
+            assert!(read(a) == read(b), "{f} differs: {} (-j 1) and {} (-j 2)", a.dir.display(), b.dir.display());
+        }
+    }
+}
+
+/// A SIGTERM while `reproduce -j 2` has two QEMUs running ends both, starts no other boot and
+/// exits 130.
+#[test]
+fn sigterm_ends_every_boot_of_a_parallel_reproduce() {
+    let d = tempfile::tempdir().unwrap();
+    let out = d.path().join("repro");
+    let args = ["reproduce", "--profile", "quick", "--only", "000,002", "--tcg", "icount", "-j", "2", "--out"];
+    let mut child = spawn_lab(&[&args[..], &[out.to_str().unwrap()]].concat());
+    let mut seen = std::collections::BTreeSet::new();
+    let t0 = Instant::now();
+    loop {
+        let now = qemu_children(child.id());
+        seen.extend(now.iter().copied());
+        if now.len() == 2 {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(600), "two boots never ran at once (QEMUs seen: {seen:?})");
+        assert!(child.try_wait().unwrap().is_none(), "reproduce ended before its boots overlapped");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    // SAFETY: kill(2) on the pid of the child we spawned.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let st = loop {
+        seen.extend(qemu_children(child.id()));
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(900), "reproduce did not end after SIGTERM");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(st.code(), Some(130), "an interrupted reproduce exits 130");
+    assert_eq!(seen.len(), 2, "QEMUs started: {seen:?}; only the two interrupted boots may");
+    for pid in seen {
+        assert!(!Path::new(&format!("/proc/{pid}")).exists(), "QEMU {pid} left running");
+    }
+}
+
 #[test]
 fn debug_kernel_kunit_ctabs_suite_passes() {
     let mut o = opts("sa8155p", "kunit");
