@@ -191,6 +191,26 @@ fn qemu_children(parent: u32) -> Vec<u32> {
     })
 }
 
+/// Two seconds on, SIGTERM to `child`; then waits for it to end, adding the QEMUs it still
+/// had to `seen`.
+fn sigterm_and_wait(
+    child: &mut std::process::Child,
+    seen: &mut std::collections::BTreeSet<u32>,
+) -> std::process::ExitStatus {
+    std::thread::sleep(Duration::from_secs(2));
+    // SAFETY: kill(2) on the pid of the child we spawned.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let t0 = Instant::now();
+    loop {
+        seen.extend(qemu_children(child.id()));
+        if let Some(st) = child.try_wait().unwrap() {
+            return st;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(300), "lab did not end within 300 s of SIGTERM");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// A SIGTERM during the nightly's first stage ends the night there: no later stage boots, the
 /// exit says "interrupted" (130), and no QEMU is left.
 #[test]
@@ -206,17 +226,7 @@ fn sigterm_ends_a_nightly_with_the_boot_it_was_in() {
         seen.extend(qemu_children(child.id()));
         std::thread::sleep(Duration::from_millis(50));
     }
-    std::thread::sleep(Duration::from_secs(2));
-    // SAFETY: kill(2) on the pid of the child we spawned.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let st = loop {
-        seen.extend(qemu_children(child.id()));
-        if let Some(st) = child.try_wait().unwrap() {
-            break st;
-        }
-        assert!(t0.elapsed() < Duration::from_secs(900), "the nightly did not end after SIGTERM");
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let st = sigterm_and_wait(&mut child, &mut seen);
     assert_eq!(st.code(), Some(130), "an interrupted nightly exits 130");
     assert_eq!(seen.len(), 1, "QEMUs started: {seen:?}; only the interrupted stage's may");
     assert!(!out.join("conformance-debug").exists(), "a stage after the interrupted one ran");
@@ -266,17 +276,7 @@ fn sigterm_ends_every_boot_of_a_parallel_reproduce() {
         assert!(child.try_wait().unwrap().is_none(), "reproduce ended before its boots overlapped");
         std::thread::sleep(Duration::from_millis(50));
     }
-    std::thread::sleep(Duration::from_secs(2));
-    // SAFETY: kill(2) on the pid of the child we spawned.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let st = loop {
-        seen.extend(qemu_children(child.id()));
-        if let Some(st) = child.try_wait().unwrap() {
-            break st;
-        }
-        assert!(t0.elapsed() < Duration::from_secs(900), "reproduce did not end after SIGTERM");
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let st = sigterm_and_wait(&mut child, &mut seen);
     assert_eq!(st.code(), Some(130), "an interrupted reproduce exits 130");
     assert_eq!(seen.len(), 2, "QEMUs started: {seen:?}; only the two interrupted boots may");
     for pid in seen {
