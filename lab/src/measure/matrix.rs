@@ -85,7 +85,7 @@ pub fn run(profile: Profile, reps: usize, base: &RunOpts, out: &Path) -> Result<
     let mut sections = String::new();
     let opts =
         |c: &Config| RunOpts { no_eas: !c.eas, name: format!("bench-{}", label(c).replace('+', "-")), ..base.clone() };
-    let done = crate::harness::boots::each(base, &CONFIGS, Config::describe, |c| {
+    let done = crate::harness::boots::each(base, &CONFIGS, label, |c| {
         let (o, text) = bench::execute(profile, reps, c.threads, &opts(c))?;
         Ok((text + &crate::measure::reproduce::append_seed000(&o.dir, &o.events)?, o))
     })?;
