@@ -177,6 +177,26 @@ fn qemu_children(parent: u32) -> Vec<u32> {
     })
 }
 
+/// Two seconds on, SIGTERM to `child`; then waits for it to end, adding the QEMUs it still
+/// had to `seen`.
+fn sigterm_and_wait(
+    child: &mut std::process::Child,
+    seen: &mut std::collections::BTreeSet<u32>,
+) -> std::process::ExitStatus {
+    std::thread::sleep(Duration::from_secs(2));
+    // SAFETY: kill(2) on the pid of the child we spawned.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let t0 = Instant::now();
+    loop {
+        seen.extend(qemu_children(child.id()));
+        if let Some(st) = child.try_wait().unwrap() {
+            return st;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(300), "lab did not end within 300 s of SIGTERM");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// A SIGTERM during the nightly's first stage ends the night there: no later stage boots, the
 /// exit says "interrupted" (130), and no QEMU is left.
 #[test]
@@ -192,20 +212,61 @@ fn sigterm_ends_a_nightly_with_the_boot_it_was_in() {
         seen.extend(qemu_children(child.id()));
         std::thread::sleep(Duration::from_millis(50));
     }
-    std::thread::sleep(Duration::from_secs(2));
-    // SAFETY: kill(2) on the pid of the child we spawned.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let st = loop {
-        seen.extend(qemu_children(child.id()));
-        if let Some(st) = child.try_wait().unwrap() {
-            break st;
-        }
-        assert!(t0.elapsed() < Duration::from_secs(900), "the nightly did not end after SIGTERM");
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let st = sigterm_and_wait(&mut child, &mut seen);
     assert_eq!(st.code(), Some(130), "an interrupted nightly exits 130");
     assert_eq!(seen.len(), 1, "QEMUs started: {seen:?}; only the interrupted stage's may");
     assert!(!out.join("conformance-debug").exists(), "a stage after the interrupted one ran");
+    for pid in seen {
+        assert!(!Path::new(&format!("/proc/{pid}")).exists(), "QEMU {pid} left running");
+    }
+}
+
+/// Deterministic boots (`--tcg icount`) run two at a time (`-j 2`) leave the same bytes as one
+/// at a time: the guest's results and its whole console, boot for boot.
+#[test]
+fn icount_boots_two_at_once_match_one_at_a_time_byte_for_byte() {
+    // Short plans: a longer one (bench-quick) has diverged between two -j 1 runs as well on a
+    // host at load 20 (docs/src/results/speed.md), which is no question of -j.
+    let default = lab::harness::opts::load_plan("default").unwrap();
+    let plans = [default.clone(), default];
+    let boot = |jobs: usize| {
+        let o = RunOpts { tcg: lab::harness::qemu::Tcg::Icount, jobs, ..Default::default() };
+        lab::harness::boots::each(&o, &plans, |p| p.name.clone(), |p| lab::report::run_plan_and_report(p, &o)).unwrap()
+    };
+    let (one, two) = (boot(1), boot(2));
+    for (a, b) in one.iter().zip(&two) {
+        assert_ok(a);
+        assert_ok(b);
+        for f in ["results.jsonl", "console.log"] {
+            let read = |o: &Outcome| std::fs::read(o.dir.join(f)).unwrap();
+            assert!(read(a) == read(b), "{f} differs: {} (-j 1) and {} (-j 2)", a.dir.display(), b.dir.display());
+        }
+    }
+}
+
+/// A SIGTERM while `reproduce -j 2` has two QEMUs running ends both, starts no other boot and
+/// exits 130.
+#[test]
+fn sigterm_ends_every_boot_of_a_parallel_reproduce() {
+    let d = tempfile::tempdir().unwrap();
+    let out = d.path().join("repro");
+    let args = ["reproduce", "--profile", "quick", "--only", "000,002", "--tcg", "icount", "-j", "2", "--out"];
+    let mut child = spawn_lab(&[&args[..], &[out.to_str().unwrap()]].concat());
+    let mut seen = std::collections::BTreeSet::new();
+    let t0 = Instant::now();
+    loop {
+        let now = qemu_children(child.id());
+        seen.extend(now.iter().copied());
+        if now.len() == 2 {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(600), "two boots never ran at once (QEMUs seen: {seen:?})");
+        assert!(child.try_wait().unwrap().is_none(), "reproduce ended before its boots overlapped");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let st = sigterm_and_wait(&mut child, &mut seen);
+    assert_eq!(st.code(), Some(130), "an interrupted reproduce exits 130");
+    assert_eq!(seen.len(), 2, "QEMUs started: {seen:?}; only the two interrupted boots may");
     for pid in seen {
         assert!(!Path::new(&format!("/proc/{pid}")).exists(), "QEMU {pid} left running");
     }

@@ -164,6 +164,12 @@ pub struct RunFields {
     /// binder:*,sched:sched_switch,sched:sched_wakeup,sched:sched_waking,sched:sched_migrate_task.
     #[arg(long, value_name = "EVENTS", value_parser = parse_trace)]
     pub trace: Option<labproto::TraceSpec>,
+    /// Boots at once for commands that boot more than once (reproduce, reproduce --model,
+    /// bench --matrix, profile --compare, the nightly's reproduction), under --tcg
+    /// icount|hicount only (results identical to -j 1); other modes boot one at a time
+    /// [default: the number of cores].
+    #[arg(long, short = 'j', env = "LAB_JOBS", value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub jobs: Option<u32>,
 }
 
 fn parse_trace(s: &str) -> Result<labproto::TraceSpec, String> {
@@ -238,6 +244,7 @@ impl RunArgs {
             dump: self.dump.as_ref().map(|p| std::path::absolute(p).unwrap_or_else(|_| p.clone())),
             trace: self.trace.clone(),
             no_eas: self.no_eas,
+            jobs: self.jobs.map_or_else(crate::harness::boots::default_jobs, |j| j as usize),
             ..Default::default()
         })
     }

@@ -36,13 +36,17 @@ pub fn run(args: &RunArgs, p: &ProfileArgs) -> Result<Exit> {
         );
     }
     let opts = args.measure_opts("ctabs-cost")?;
-    let (oa, a) = profiled_run(&opts)?;
-    eprint!("{}", summary(&oa));
     let Some(other) = &p.compare else {
+        let (oa, a) = profiled_run(&opts)?;
+        eprint!("{}", summary(&oa));
         print!("{}", profile::table(&a, p.top));
         return Ok(oa.exit());
     };
-    let (ob, b) = profiled_run(&crate::harness::opts::RunOpts { flavor: other.clone(), ..opts })?;
+    let sides = [opts.clone(), crate::harness::opts::RunOpts { flavor: other.clone(), ..opts.clone() }];
+    let mut done = crate::harness::boots::each(&opts, &sides, |o| format!("profile {}", o.flavor), profiled_run)?;
+    let (ob, b) = done.pop().expect("two sides");
+    let (oa, a) = done.pop().expect("two sides");
+    eprint!("{}", summary(&oa));
     eprint!("{}", summary(&ob));
     print!("{}", profile::compare(&a, &label(&oa.dir), &b, &label(&ob.dir), p.top));
     Ok(oa.exit().max(ob.exit()))

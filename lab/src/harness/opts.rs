@@ -60,6 +60,9 @@ pub struct RunOpts {
     pub memory: Option<String>,
     /// Print the steps' output lines on stdout as they arrive (`lab run -- CMD`).
     pub stream: bool,
+    /// Boots at once for a command that boots more than once (`-j`); see
+    /// [`crate::harness::boots::width`] for when it is one regardless.
+    pub jobs: usize,
 }
 
 impl Default for RunOpts {
@@ -91,6 +94,7 @@ impl Default for RunOpts {
             smp: None,
             memory: None,
             stream: false,
+            jobs: 1,
         }
     }
 }

@@ -37,6 +37,9 @@ fn write_console_results(spec: &VmSpec, events: &[Event]) -> Result<()> {
     fs::write_atomic(path, text.as_bytes())
 }
 
+/// Held while a run prepares its inputs (see [`run_plan`]).
+static PREPARE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// A Ctrl-C or SIGTERM arrived earlier in this process: no further boot starts.
 #[derive(Debug)]
 pub struct Interrupted;
@@ -230,7 +233,15 @@ pub fn run_plan(plan: &Plan, opts: &RunOpts) -> Result<Outcome> {
     let name =
         if opts.name.is_empty() { format!("{}-{}", board_label(&opts.board), plan.name) } else { opts.name.clone() };
     let dir = new_run_dir(&paths::path_safe(&name))?;
-    let prepared = prepare(opts, plan.clone(), &dir)?;
+    let prepared = {
+        // Boots on several threads (`-j`) prepare one at a time: the kernel, guest-program and
+        // QEMU builds and the DTB cache are shared, and a cached preparation is quick.
+        let _one = PREPARE.lock().unwrap_or_else(|e| e.into_inner());
+        if interrupted() {
+            return Err(Interrupted.into());
+        }
+        prepare(opts, plan.clone(), &dir)?
+    };
     let spec = vm_spec(&prepared, opts, &dir, Console::Pipe)?;
 
     let t0 = Instant::now();

@@ -10,10 +10,12 @@ use std::path::Path;
 
 /// Full setup. Returns the resolved toolchain.
 pub fn ensure(cache: &Path) -> Result<Toolchain> {
-    let tc = toolchain::ensure_tools(cache)?;
     let lock = Lock::load(&Lock::path())?;
-    let deb = ensure_kernel_deb(cache, &lock)?;
-    let tree = tree::ensure_unpacked(cache, &lock, &deb)?;
+    // The kernel source's download and unpack overlap the bindgen build.
+    let (tc, tree) = toolchain::ensure_tools_with(cache, || {
+        let deb = ensure_kernel_deb(cache, &lock)?;
+        tree::ensure_unpacked(cache, &lock, &deb)
+    })?;
     rust_available(&tc, &tree)?;
     Ok(tc)
 }

@@ -83,11 +83,13 @@ pub fn run(profile: Profile, reps: usize, base: &RunOpts, out: &Path) -> Result<
     let mut runs: Vec<(Config, BTreeMap<String, Row>)> = vec![];
     let mut outcomes: Vec<Outcome> = vec![];
     let mut sections = String::new();
-    for c in CONFIGS {
-        crate::support::progress::note(format!("bench --matrix: {}", c.describe()));
-        let opts = RunOpts { no_eas: !c.eas, name: format!("bench-{}", label(&c).replace('+', "-")), ..base.clone() };
-        let (o, text) = bench::execute(profile, reps, c.threads, &opts)?;
-        let text = text + &crate::measure::reproduce::append_seed000(&o.dir, &o.events)?;
+    let opts =
+        |c: &Config| RunOpts { no_eas: !c.eas, name: format!("bench-{}", label(c).replace('+', "-")), ..base.clone() };
+    let done = crate::harness::boots::each(base, &CONFIGS, label, |c| {
+        let (o, text) = bench::execute(profile, reps, c.threads, &opts(c))?;
+        Ok((text + &crate::measure::reproduce::append_seed000(&o.dir, &o.events)?, o))
+    })?;
+    for (c, (text, o)) in CONFIGS.into_iter().zip(done) {
         let _ = writeln!(sections, "\n# {} ({})\n\n{}", label(&c), o.dir.display(), text.trim_start_matches('#'));
         runs.push((c, summarise(&collect(&o.events))));
         outcomes.push(o);

@@ -161,16 +161,22 @@ pub fn run(size: Size, modes: &[u32], base: &RunOpts) -> Result<ModelRuns> {
         bail!("--reps 0 or --iterations 0: the model needs at least one repetition and one iteration");
     }
     let opts = opts(base);
-    let note = crate::support::progress::note;
-    note("model: the boot alone (its cache counters are subtracted from every run)".to_string());
-    let boot = run_once_more(&boot_plan(), &opts)?;
-    let mut runs = vec![];
+    crate::support::progress::note(format!(
+        "model: the boot alone (its cache counters are subtracted from every run), then {} in CTABS modes {modes:?}, \
+         one boot each, {reps} repetitions",
+        WORKLOADS.join(" and ")
+    ));
+    // (bench, mode) of each workload boot, after the boot alone.
+    let mut boots: Vec<(Option<(String, u32)>, Plan)> = vec![(None, boot_plan())];
     for &m in modes {
-        for job in &jobs(size) {
-            note(format!("model: {} in CTABS mode {m}, {reps} repetitions", job.bench));
-            runs.push((job.bench.to_string(), m, run_once_more(&plan(job, m, reps), &opts)?));
-        }
+        boots.extend(jobs(size).iter().map(|job| (Some((job.bench.to_string(), m)), plan(job, m, reps))));
     }
+    let mut done =
+        crate::harness::boots::each(&opts, &boots, |(_, p)| p.name.clone(), |(_, p)| run_once_more(p, &opts))?
+            .into_iter()
+            .zip(boots.into_iter().map(|(what, _)| what));
+    let (boot, _) = done.next().context("the boot alone ran")?;
+    let runs = done.filter_map(|(o, what)| what.map(|(bench, m)| (bench, m, o))).collect();
     Ok(ModelRuns { boot, runs })
 }
 

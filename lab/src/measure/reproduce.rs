@@ -16,7 +16,7 @@ use crate::measure::table::{big, delta, est, lab_head, lab_row, pct, show, show_
 pub use crate::measure::table::{lab_dir, mark, seed_dir, Dir, LEGEND};
 use crate::report::run_plan_and_report;
 use anyhow::{Context, Result};
-use labproto::Event;
+use labproto::{Event, Plan};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -431,15 +431,14 @@ pub fn rerender(dir: &Path) -> Result<String> {
 }
 
 /// Deferral off (mode 0, the "before") and on (mode 1), interleaved in one boot.
-pub fn seed002(sizes: Sizes, base: &RunOpts) -> Result<Experiment> {
+pub fn seed002_plan(sizes: Sizes) -> Plan {
     let job = Job {
         bench: "sendvec",
         argv: ["/bin/binder-sendvec", "-i", &sizes.sendvec_iters.to_string()].map(String::from).to_vec(),
     };
     let modes: Vec<(u32, Vec<String>)> =
         [0u32, 1].iter().map(|m| (*m, vec!["--defer-tc".into(), m.to_string()])).collect();
-    let plan = bench::interleaved("seed002", sizes.sendvec_reps, &[job], &modes);
-    Ok(Experiment::new(vec![run_plan_and_report(&plan, base)?]))
+    bench::interleaved("seed002", sizes.sendvec_reps, &[job], &modes)
 }
 
 /// Known limits of the emulation, printed with the tables.
@@ -554,31 +553,42 @@ pub fn run_only(profile: Profile, base: &RunOpts, out: &Path, only: &[String]) -
     let want = |s: &str| only.is_empty() || only.iter().any(|o| o == s);
     let seeds = seeds()?;
     let sizes = Sizes::of(profile);
-    let mut s0 = Experiment::new(vec![]);
+    let note = crate::support::progress::note;
+    // Every boot of the three experiments, (seed, plan, options), in one list for -j.
+    let mut boots: Vec<(&str, Plan, RunOpts)> = vec![];
     if want("000") {
-        crate::support::progress::note(format!(
+        note(format!(
             "reproduce: seed 000 (CTABS modes 0/1/2, binder-tiers with priority_inheritance 0, 1, 1 + INHERIT_RT; {} repetitions)",
             sizes.bench_reps
         ));
-        let plan = bench::plan_inherit(profile, sizes.bench_reps, None);
-        s0 = Experiment::new(vec![bench::execute_plan(&plan, profile, sizes.bench_reps, None, base)?.0]);
+        boots.push(("000", bench::plan_inherit(profile, sizes.bench_reps, None), base.clone()));
     }
-    let mut s1 = Experiment::new(vec![]);
     if want("001") {
-        crate::support::progress::note(format!(
-            "reproduce: seed 001 (C mutex, C spinlock, Rust; {} runs each)",
-            sizes.tput_runs
-        ));
-        s1 = Experiment::new(crate::measure::seed001::run(sizes.seed001(), base)?);
+        note(format!("reproduce: seed 001 (C mutex, C spinlock, Rust; {} runs each)", sizes.tput_runs));
+        boots.extend(crate::measure::seed001::boots(sizes.seed001(), base).into_iter().map(|(p, o)| ("001", p, o)));
     }
-    let mut s2 = Experiment::new(vec![]);
     if want("002") {
-        crate::support::progress::note(format!(
-            "reproduce: seed 002 (defer_tc 0/1, {} repetitions)",
-            sizes.sendvec_reps
-        ));
-        s2 = seed002(sizes, base)?;
+        note(format!("reproduce: seed 002 (defer_tc 0/1, {} repetitions)", sizes.sendvec_reps));
+        boots.push(("002", seed002_plan(sizes), base.clone()));
     }
+    let outcomes = crate::harness::boots::each(
+        base,
+        &boots,
+        |(_, p, _)| p.name.clone(),
+        |(seed, plan, opts)| {
+            if *seed == "000" {
+                Ok(bench::execute_plan(plan, profile, sizes.bench_reps, None, opts)?.0)
+            } else {
+                run_plan_and_report(plan, opts)
+            }
+        },
+    )?;
+    let mut by_seed: BTreeMap<&str, Vec<Outcome>> = BTreeMap::new();
+    for ((seed, ..), o) in boots.iter().zip(outcomes) {
+        by_seed.entry(seed).or_default().push(o);
+    }
+    let mut experiment = |seed: &str| Experiment::new(by_seed.remove(seed).unwrap_or_default());
+    let (s0, s1, s2) = (experiment("000"), experiment("001"), experiment("002"));
     let text = render(&seeds, &s0, &s1, &s2, sizes);
     std::fs::create_dir_all(out)?;
     write_plots(out, &s1, &s2)?;

@@ -5,7 +5,6 @@
 //! with its SCHED_FIFO variant. Boots alternate between the drivers (A B C, C B A, ...).
 
 use crate::harness::opts::RunOpts;
-use crate::harness::outcome::Outcome;
 use crate::measure::bench::{self, Job};
 use crate::measure::samples::{Row, Samples};
 use crate::measure::stats;
@@ -94,9 +93,9 @@ pub fn flavor_of(mode: u32, base: &RunOpts) -> String {
     DRIVERS.iter().find(|d| d.0 == mode).and_then(|d| d.1).map(str::to_string).unwrap_or_else(|| base.flavor.clone())
 }
 
-/// Runs the experiment: [`rounds`] boots per driver, alternating.
-pub fn run(sizes: Size, base: &RunOpts) -> Result<Vec<Outcome>> {
-    let mut outcomes = vec![];
+/// The experiment's boots, to run in this order: [`rounds`] boots per driver, alternating.
+pub fn boots(sizes: Size, base: &RunOpts) -> Vec<(labproto::Plan, RunOpts)> {
+    let mut boots = vec![];
     let rounds = rounds(base);
     for round in 0..rounds {
         let mut order: Vec<u32> = DRIVERS.iter().map(|d| d.0).collect();
@@ -106,11 +105,10 @@ pub fn run(sizes: Size, base: &RunOpts) -> Result<Vec<Outcome>> {
         for mode in order {
             let flavor = flavor_of(mode, base);
             let plan = boot_plan(&format!("seed001-{flavor}"), sizes, mode, rounds);
-            let opts = RunOpts { flavor, ..base.clone() };
-            outcomes.push(crate::report::run_plan_and_report(&plan, &opts)?);
+            boots.push((plan, RunOpts { flavor, ..base.clone() }));
         }
     }
-    Ok(outcomes)
+    boots
 }
 
 fn range(xs: &[f64]) -> Option<(f64, f64)> {

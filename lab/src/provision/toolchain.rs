@@ -240,27 +240,45 @@ fn ensure_bindgen(cache: &Path) -> Result<()> {
         "installing bindgen-cli {BINDGEN_VERSION} into {} (a few minutes)",
         root.display()
     ));
-    let st = Command::new("cargo")
-        .args(["install", "--locked", "bindgen-cli", "--version", BINDGEN_VERSION, "--root"])
-        .arg(&root)
-        .status()?;
-    if !st.success() {
-        bail!("cargo install bindgen-cli {BINDGEN_VERSION} failed ({st})");
-    }
-    Ok(())
+    // Into a log, not the terminal: the downloads beside it report progress there.
+    let tools = root.parent().context("the bindgen root has a parent")?;
+    std::fs::create_dir_all(tools)?;
+    let log = tools.join(format!("bindgen-cli-{BINDGEN_VERSION}.log"));
+    let mut cmd = Command::new("cargo");
+    cmd.args(["install", "--locked", "bindgen-cli", "--version", BINDGEN_VERSION, "--root"]).arg(&root);
+    crate::support::process::run_logged(&mut cmd, &log, |_| {})
+        .with_context(|| format!("cargo install bindgen-cli {BINDGEN_VERSION} failed"))
 }
 
 /// Host packages, cargo, rust-src, bindgen and busybox. Returns the resolved toolchain.
 pub fn ensure_tools(cache: &Path) -> Result<Toolchain> {
+    Ok(ensure_tools_with(cache, || Ok(()))?.0)
+}
+
+/// [`ensure_tools`], with `alongside` (e.g. the kernel source's download and unpack) run after
+/// the host packages. On a new machine the bindgen build (minutes of CPU) runs on its own
+/// thread while the downloads, the unpacks and `alongside` wait on the network and the disk.
+pub fn ensure_tools_with<T: Send>(
+    cache: &Path,
+    alongside: impl FnOnce() -> Result<T> + Send,
+) -> Result<(Toolchain, T)> {
     ensure_host_packages(cache)?;
     if !have_tool("cargo") {
         bail!("cargo not found: install Rust with rustup");
     }
-    ensure_rust_src(cache)?;
-    ensure_bindgen(cache)?;
-    crate::provision::downloads::busybox(cache)?;
-    crate::provision::kcidb_io::ensure(cache)?;
-    Toolchain::probe(cache).context("toolchain incomplete after setup")
+    let (bindgen, rest) = std::thread::scope(|s| {
+        let bindgen = s.spawn(|| ensure_bindgen(cache));
+        let rest = (|| {
+            ensure_rust_src(cache)?;
+            crate::provision::downloads::busybox(cache)?;
+            crate::provision::kcidb_io::ensure(cache)?;
+            alongside()
+        })();
+        (bindgen.join().unwrap_or_else(|_| Err(anyhow::anyhow!("the bindgen install panicked"))), rest)
+    });
+    bindgen?;
+    let t = rest?;
+    Ok((Toolchain::probe(cache).context("toolchain incomplete after setup")?, t))
 }
 
 #[cfg(test)]

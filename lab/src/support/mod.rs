@@ -2,6 +2,7 @@
 //! from the other stages.
 
 pub mod fs;
+pub mod parallel;
 pub mod paths;
 pub mod process;
 pub mod progress;
