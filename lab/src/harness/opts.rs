@@ -129,6 +129,7 @@ pub fn load_plan(name: &str) -> Result<Plan> {
     let path = resolve(name, &plans_dir(), "toml", "plan", &[])?;
     let text = std::fs::read_to_string(&path)?;
     let plan: Plan = toml::from_str(&text).with_context(|| format!("{} is not a valid plan", path.display()))?;
+    plan.check().map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     Ok(plan)
 }
 

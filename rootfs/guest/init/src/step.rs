@@ -109,8 +109,9 @@ pub fn run(step: &Step, name: &str, sink: &mut Sink) -> bool {
     };
     let duration_ms = start.elapsed().as_secs_f64() * 1000.0;
     sys::log(&format!(
-        "step {name}: end exit={:?} signal={:?} timed_out={} in {:.0} ms",
-        outcome.exit_code, outcome.signal, outcome.timed_out, duration_ms
+        "step {name}: {} in {:.0} ms",
+        labproto::describe_end(outcome.exit_code, outcome.signal, outcome.timed_out, duration_ms),
+        duration_ms
     ));
     crate::collect::send(name, &step.collect, out.sink);
     out.sink.send(&Event::StepEnd {
@@ -143,7 +144,7 @@ impl Output<'_> {
     }
 }
 
-fn decode_status(st: libc::c_int) -> (Option<i32>, Option<i32>) {
+pub fn decode_status(st: libc::c_int) -> (Option<i32>, Option<i32>) {
     if libc::WIFEXITED(st) {
         (Some(libc::WEXITSTATUS(st)), None)
     } else if libc::WIFSIGNALED(st) {
@@ -193,6 +194,9 @@ fn spawn_and_watch(step: &Step, out: &mut Output, start: Instant) -> io::Result<
                 exited_at = Some(Instant::now());
                 // Leftovers of the step (its process group) do not outlive it.
                 sys::kill_group(pid);
+            } else {
+                // A service that ended while this step ran.
+                crate::service::reaped(p, st);
             }
         }
         let open = streams.iter().any(|s| s.pipe.is_some());
