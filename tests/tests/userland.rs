@@ -72,3 +72,71 @@ fn service_and_step_failures_in_plain_words() {
     let junit = std::fs::read_to_string(o.dir.join("junit.xml")).unwrap();
     assert!(junit.contains("step client exited with status 3"), "{junit}");
 }
+
+/// `lab ARGS` through the built binary, as a user runs it.
+fn lab(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(lab_tests::lab_bin()).args(args).output().expect("run lab")
+}
+
+/// `--deb strace`: the package and its libraries (and the loader) in the initramfs, the tool
+/// on PATH, and binder's ioctls in its trace.
+#[test]
+fn deb_strace_traces_binder_smoke() {
+    let out = lab(&["run", "--deb", "strace", "--", "strace", "-f", "/bin/binder-smoke"]);
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(stdout.contains("openat(AT_FDCWD, \"/dev/binderfs/binder\""), "{stdout}");
+    assert!(stdout.contains("ioctl(3, BINDER_VERSION"), "{stdout}");
+    assert!(stdout.contains("+++ exited with 0 +++"), "{stdout}");
+}
+
+/// A package apt does not know is refused before booting, by name; so is a bad name.
+#[test]
+fn deb_unknown_package_is_named() {
+    let out = lab(&["run", "--deb", "strace,no-such-tool-x", "--", "true"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(Exit::HarnessError.code()), "{stderr}");
+    assert!(stderr.contains("--deb no-such-tool-x: no arm64 package \"no-such-tool-x\" in Debian trixie"), "{stderr}");
+    let out = lab(&["run", "--deb", "Bad_Name", "--", "true"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--deb \"Bad_Name\": not a Debian package name"), "{stderr}");
+}
+
+/// gdbserver in the guest on the `--gdbserver` port, the host's gdb-multiarch attached over
+/// it: registers read, the program continued to its end.
+#[test]
+fn deb_gdbserver_with_host_gdb() {
+    use std::io::BufRead;
+    if std::process::Command::new("gdb-multiarch").arg("--version").output().is_err() {
+        panic!("gdb-multiarch is missing: `cargo make setup` installs it");
+    }
+    // A port of our own: bind 0, read it, let it go for QEMU.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port().to_string();
+    let mut child = std::process::Command::new(lab_tests::lab_bin())
+        .args(["run", "--deb", "gdbserver", "--gdbserver", &port, "--timeout", "120", "--"])
+        .args(["gdbserver", "/dev/virtio-ports/lab.gdbserver", "/bin/binder-smoke"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut seen = vec![];
+    for l in lines.by_ref() {
+        let l = l.unwrap();
+        seen.push(l.clone());
+        if l.contains("Remote debugging using") {
+            break;
+        }
+    }
+    assert!(seen.iter().any(|l| l.contains("Remote debugging using")), "{seen:#?}");
+    let gdb = std::process::Command::new("gdb-multiarch")
+        .args(["-batch", "-nx", "-ex", "set architecture aarch64", "-ex", "set remotetimeout 30"])
+        .args(["-ex", &format!("target remote 127.0.0.1:{port}"), "-ex", "info registers pc", "-ex", "continue"])
+        .output()
+        .unwrap();
+    let gdb_out = format!("{}{}", String::from_utf8_lossy(&gdb.stdout), String::from_utf8_lossy(&gdb.stderr));
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    let status = child.wait().unwrap();
+    assert!(gdb_out.contains("pc ") && gdb_out.contains("exited normally"), "{gdb_out}");
+    assert_eq!(status.code(), Some(0), "gdb:\n{gdb_out}\nguest:\n{seen:#?}\n{rest:#?}");
+}

@@ -23,6 +23,10 @@ pub struct RunArgs {
     /// Directory whose files are added to the initramfs (e.g. bin/my-client).
     #[arg(long, env = "LAB_OVERLAY")]
     pub overlay: Option<std::path::PathBuf>,
+    /// Debian arm64 packages (and their dependencies) unpacked into the initramfs, e.g.
+    /// `--deb strace,gdbserver`; `PKG/trixie-backports` for the backport (docs: userland).
+    #[arg(long = "deb", value_name = "PKG[,PKG...]", value_delimiter = ',')]
+    pub debs: Vec<String>,
     /// Seconds to wait for the guest init's first message.
     #[arg(long, default_value_t = 60)]
     pub boot_timeout: u64,
@@ -74,6 +78,11 @@ pub struct RunArgs {
     /// timeouts apply while the guest waits for gdb.
     #[arg(long)]
     pub gdb: bool,
+    /// Give the guest a virtio-serial port, /dev/virtio-ports/lab.gdbserver, behind TCP PORT
+    /// on 127.0.0.1: run `gdbserver /dev/virtio-ports/lab.gdbserver PROG` in the guest (--deb
+    /// gdbserver) and `gdb-multiarch -ex 'target remote :PORT'` on the host.
+    #[arg(long, value_name = "PORT")]
+    pub gdbserver: Option<u16>,
     /// Write the guest's memory to FILE as an ELF core (readable by drgn and crash) when the
     /// plan ends or the guest panics.
     #[arg(long, value_name = "FILE")]
@@ -135,6 +144,7 @@ impl RunArgs {
             flavor: self.flavor.clone(),
             tcg: self.tcg.unwrap_or(Tcg::Single),
             overlay: self.overlay.clone(),
+            debs: self.debs.clone(),
             boot_timeout: std::time::Duration::from_secs(self.boot_timeout),
             echo: self.verbose,
             pin: self.pin,
@@ -154,6 +164,7 @@ impl RunArgs {
             memory: self.memory.clone(),
             kconfig: self.kconfig.extras(),
             gdb: self.gdb,
+            gdbserver: self.gdbserver,
             dump: self.dump.as_ref().map(|p| std::path::absolute(p).unwrap_or_else(|_| p.clone())),
             trace: self.trace.clone(),
             no_eas: self.no_eas,
@@ -193,6 +204,9 @@ impl RunArgs {
         }
         if let Some(o) = &self.overlay {
             opt("overlay", Some(o.display().to_string()));
+        }
+        if !self.debs.is_empty() {
+            opt("deb", Some(self.debs.join(",")));
         }
         if self.boot_timeout != 60 {
             opt("boot-timeout", Some(self.boot_timeout.to_string()));

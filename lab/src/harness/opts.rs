@@ -18,6 +18,9 @@ pub struct RunOpts {
     pub icount_shift: u32,
     /// Extra files for the initramfs (e.g. the user's own static binder clients).
     pub overlay: Option<PathBuf>,
+    /// Debian arm64 packages unpacked into the initramfs with their dependencies (`--deb`),
+    /// besides the plan's own `debs`.
+    pub debs: Vec<String>,
     pub boot_timeout: Duration,
     /// Show the console live on stderr.
     pub echo: bool,
@@ -31,6 +34,8 @@ pub struct RunOpts {
     pub kconfig: crate::kbuild::kernel::Extras,
     /// Start halted with QEMU's gdbstub (and `nokaslr`); no timeouts while gdb holds the guest.
     pub gdb: bool,
+    /// Host TCP port (127.0.0.1) of the guest's `lab.gdbserver` virtio-serial port.
+    pub gdbserver: Option<u16>,
     /// Write an ELF memory dump here when the plan ends or the guest panics.
     pub dump: Option<PathBuf>,
     /// Trace events around every step (`--trace`), saved under `<run>/trace/`.
@@ -67,6 +72,7 @@ impl Default for RunOpts {
             tcg: Tcg::Single,
             icount_shift: 3,
             overlay: None,
+            debs: vec![],
             boot_timeout: Duration::from_secs(60),
             echo: false,
             pin: false,
@@ -75,6 +81,7 @@ impl Default for RunOpts {
             kconfig: Default::default(),
             gdb: false,
             dump: None,
+            gdbserver: None,
             trace: None,
             no_eas: false,
             qemu: Default::default(),

@@ -55,6 +55,10 @@ pub fn prepare(opts: &RunOpts, plan: Plan, dir: &Path) -> Result<Prepared> {
         spec.programs.push((crate::harness::selftest::PROGRAM.into(), crate::harness::selftest::build(&cache, &tree)?));
     }
     spec.overlay = opts.overlay.clone();
+    let debs: Vec<String> = opts.debs.iter().chain(&plan.debs).cloned().collect();
+    if !debs.is_empty() {
+        spec.debs = Some(crate::provision::debs::overlay(&cache, &debs)?.root);
+    }
     let initrd = dir.join("initramfs.cpio");
     rootfs::write_initramfs(&spec, &initrd)?;
     Ok(Prepared { kernel, board, board_sha256, dtb, initrd, plan, qemu: qemu_bin, qemu_key, cache_plugin })
@@ -154,6 +158,7 @@ pub fn vm_spec(p: &Prepared, opts: &RunOpts, dir: &Path, console: Console) -> Re
         gdb: opts.gdb.then(|| sockets.socket(GDB_SOCKET)),
         dump: opts.dump.is_some(),
         trace: opts.trace.as_ref().map(|_| dir.join(crate::harness::trace::TRACE_STREAM)),
+        gdbserver: opts.gdbserver,
         plugins: opts.plugins.iter().map(|p| p.replace("{run}", &run)).chain(p.cache_plugin.clone()).collect(),
         timing: p.board.timing().cloned(),
         sockets: Some(sockets),

@@ -56,6 +56,10 @@ pub struct Plan {
     /// timeout or a failed result).
     #[serde(default, skip_serializing_if = "is_default")]
     pub until_fail: bool,
+    /// Debian arm64 packages the steps need (`debs = ["strace"]`): the host unpacks them and
+    /// their dependencies into the initramfs, as with `--deb`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub debs: Vec<String>,
 }
 
 fn is_default<T: Default + PartialEq>(v: &T) -> bool {

@@ -19,15 +19,22 @@ const LINGER: Duration = Duration::from_millis(500);
 /// How long to wait for a SIGKILLed step to be reaped (it can be stuck in the kernel).
 const KILL_WAIT: Duration = Duration::from_secs(5);
 
-pub const BASE_ENV: &[(&str, &str)] = &[("PATH", "/bin:/sbin"), ("HOME", "/root"), ("TERM", "linux")];
+/// Busybox and the lab's programs first, then what `--deb` packages unpacked under /usr.
+pub const PATH_DIRS: &[&str] = &["/bin", "/sbin", "/usr/bin", "/usr/sbin"];
+pub const BASE_ENV: &[(&str, &str)] =
+    &[("PATH", "/bin:/sbin:/usr/bin:/usr/sbin"), ("HOME", "/root"), ("TERM", "linux")];
 
-/// argv[0] as an absolute path: names without a slash are looked up in /bin.
+/// argv[0] as an absolute path: names without a slash are looked up in [`PATH_DIRS`]
+/// (`/bin/NAME` when none has it, so the error names the usual place).
 pub fn resolve_program(arg0: &str) -> String {
     if arg0.contains('/') {
-        arg0.to_string()
-    } else {
-        format!("/bin/{arg0}")
+        return arg0.to_string();
     }
+    PATH_DIRS
+        .iter()
+        .map(|d| format!("{d}/{arg0}"))
+        .find(|p| std::path::Path::new(p).exists())
+        .unwrap_or_else(|| format!("/bin/{arg0}"))
 }
 
 /// Splits a byte stream into lines; keeps the unfinished tail.
@@ -460,7 +467,9 @@ pub(crate) mod tests {
 
     #[test]
     fn program_lookup() {
-        assert_eq!(resolve_program("topology"), "/bin/topology");
+        assert_eq!(resolve_program("no-such-program-here"), "/bin/no-such-program-here");
+        // On the host too: the first directory that has it.
+        assert_eq!(resolve_program("sh"), "/bin/sh");
         assert_eq!(resolve_program("/usr/bin/x"), "/usr/bin/x");
         assert_eq!(resolve_program("./x"), "./x");
     }
