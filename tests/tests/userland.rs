@@ -58,12 +58,14 @@ fn service_and_step_failures_in_plain_words() {
         ..Default::default()
     };
     let o = report::run_plan(&plan, &RunOpts::default()).unwrap();
-    assert_eq!(o.exit(), Exit::TestFailure, "{}", summary(&o));
+    // A service that never gets ready is a timeout, the worst of the three.
+    assert_eq!(o.exit(), Exit::Timeout, "{}", summary(&o));
     let (st, msg) = case(&o, "crasher", "stopped");
     assert!(st == Status::Fail && msg.ends_with("): killed by SIGSEGV"), "{msg}");
     let (st, msg) = case(&o, "nobody", "ready");
     assert!(st == Status::Fail && msg.contains("still not ready after 2 s (last service manager check:"), "{msg}");
     let p = o.problems();
+    assert!(p.iter().any(|l| l.starts_with("step nobody: timed out after 2.")), "{p:#?}");
     let client = p.iter().find(|l| l.starts_with("step client: ")).unwrap_or_else(|| panic!("{p:#?}"));
     assert_eq!(client, "step client: exited with status 3\n  its last 1 output line(s):\n    cannot reach the server");
     let crasher = p.iter().find(|l| l.starts_with("crasher/stopped failed")).unwrap();
@@ -100,43 +102,4 @@ fn deb_unknown_package_is_named() {
     let out = lab(&["run", "--deb", "Bad_Name", "--", "true"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("--deb \"Bad_Name\": not a Debian package name"), "{stderr}");
-}
-
-/// gdbserver in the guest on the `--gdbserver` port, the host's gdb-multiarch attached over
-/// it: registers read, the program continued to its end.
-#[test]
-fn deb_gdbserver_with_host_gdb() {
-    use std::io::BufRead;
-    if std::process::Command::new("gdb-multiarch").arg("--version").output().is_err() {
-        panic!("gdb-multiarch is missing: `cargo make setup` installs it");
-    }
-    // A port of our own: bind 0, read it, let it go for QEMU.
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port().to_string();
-    let mut child = std::process::Command::new(lab_tests::lab_bin())
-        .args(["run", "--deb", "gdbserver", "--gdbserver", &port, "--timeout", "120", "--"])
-        .args(["gdbserver", "/dev/virtio-ports/lab.gdbserver", "/bin/binder-smoke"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
-    let mut seen = vec![];
-    for l in lines.by_ref() {
-        let l = l.unwrap();
-        seen.push(l.clone());
-        if l.contains("Remote debugging using") {
-            break;
-        }
-    }
-    assert!(seen.iter().any(|l| l.contains("Remote debugging using")), "{seen:#?}");
-    let gdb = std::process::Command::new("gdb-multiarch")
-        .args(["-batch", "-nx", "-ex", "set architecture aarch64", "-ex", "set remotetimeout 30"])
-        .args(["-ex", &format!("target remote 127.0.0.1:{port}"), "-ex", "info registers pc", "-ex", "continue"])
-        .output()
-        .unwrap();
-    let gdb_out = format!("{}{}", String::from_utf8_lossy(&gdb.stdout), String::from_utf8_lossy(&gdb.stderr));
-    let rest: Vec<String> = lines.map_while(Result::ok).collect();
-    let status = child.wait().unwrap();
-    assert!(gdb_out.contains("pc ") && gdb_out.contains("exited normally"), "{gdb_out}");
-    assert_eq!(status.code(), Some(0), "gdb:\n{gdb_out}\nguest:\n{seen:#?}\n{rest:#?}");
 }

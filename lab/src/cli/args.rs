@@ -78,11 +78,6 @@ pub struct RunArgs {
     /// timeouts apply while the guest waits for gdb.
     #[arg(long)]
     pub gdb: bool,
-    /// Give the guest a virtio-serial port, /dev/virtio-ports/lab.gdbserver, behind TCP PORT
-    /// on 127.0.0.1: run `gdbserver /dev/virtio-ports/lab.gdbserver PROG` in the guest (--deb
-    /// gdbserver) and `gdb-multiarch -ex 'target remote :PORT'` on the host.
-    #[arg(long, value_name = "PORT")]
-    pub gdbserver: Option<u16>,
     /// Write the guest's memory to FILE as an ELF core (readable by drgn and crash) when the
     /// plan ends or the guest panics.
     #[arg(long, value_name = "FILE")]
@@ -164,7 +159,6 @@ impl RunArgs {
             memory: self.memory.clone(),
             kconfig: self.kconfig.extras(),
             gdb: self.gdb,
-            gdbserver: self.gdbserver,
             dump: self.dump.as_ref().map(|p| std::path::absolute(p).unwrap_or_else(|_| p.clone())),
             trace: self.trace.clone(),
             no_eas: self.no_eas,

@@ -34,8 +34,6 @@ pub struct RunOpts {
     pub kconfig: crate::kbuild::kernel::Extras,
     /// Start halted with QEMU's gdbstub (and `nokaslr`); no timeouts while gdb holds the guest.
     pub gdb: bool,
-    /// Host TCP port (127.0.0.1) of the guest's `lab.gdbserver` virtio-serial port.
-    pub gdbserver: Option<u16>,
     /// Write an ELF memory dump here when the plan ends or the guest panics.
     pub dump: Option<PathBuf>,
     /// Trace events around every step (`--trace`), saved under `<run>/trace/`.
@@ -81,7 +79,6 @@ impl Default for RunOpts {
             kconfig: Default::default(),
             gdb: false,
             dump: None,
-            gdbserver: None,
             trace: None,
             no_eas: false,
             qemu: Default::default(),

@@ -158,7 +158,6 @@ pub fn vm_spec(p: &Prepared, opts: &RunOpts, dir: &Path, console: Console) -> Re
         gdb: opts.gdb.then(|| sockets.socket(GDB_SOCKET)),
         dump: opts.dump.is_some(),
         trace: opts.trace.as_ref().map(|_| dir.join(crate::harness::trace::TRACE_STREAM)),
-        gdbserver: opts.gdbserver,
         plugins: opts.plugins.iter().map(|p| p.replace("{run}", &run)).chain(p.cache_plugin.clone()).collect(),
         timing: p.board.timing().cloned(),
         sockets: Some(sockets),

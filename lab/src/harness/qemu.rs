@@ -46,10 +46,6 @@ pub enum Console {
 }
 
 /// Everything needed to start one VM.
-/// The guest's name of the `--gdbserver` port: `gdbserver /dev/virtio-ports/lab.gdbserver PROG`
-/// (the init makes the /dev/virtio-ports/NAME links udev would).
-pub const GDBSERVER_PORT: &str = "lab.gdbserver";
-
 #[derive(Clone, Debug)]
 pub struct VmSpec {
     /// The QEMU binary: the system's `qemu-system-aarch64` or the lab's build.
@@ -77,9 +73,6 @@ pub struct VmSpec {
     pub dump: bool,
     /// File that receives the guest's trace port (`--trace`).
     pub trace: Option<PathBuf>,
-    /// A virtio-serial port named [`GDBSERVER_PORT`] behind this host TCP port on 127.0.0.1
-    /// (`--gdbserver`), for a guest gdbserver that host gdb attaches to.
-    pub gdbserver: Option<u16>,
     /// TCG plugins: each a `-plugin` argument (`path,arg=value,...`).
     pub plugins: Vec<String>,
     /// Per-CPU speeds and quantum for `Tcg::Hicount`.
@@ -166,18 +159,10 @@ impl VmSpec {
         if let Some(p) = &self.trace {
             ports.push(("labtrace", p, labproto::TRACE_PORT));
         }
-        if ports.is_empty() && self.gdbserver.is_none() {
+        if ports.is_empty() {
             return vec![];
         }
         let mut v = vec!["-device".to_string(), "virtio-serial-device".into()];
-        if let Some(port) = self.gdbserver {
-            v.extend([
-                "-chardev".into(),
-                format!("socket,id=labgdbs,host=127.0.0.1,port={port},server=on,wait=off"),
-                "-device".into(),
-                format!("virtserialport,chardev=labgdbs,name={GDBSERVER_PORT}"),
-            ]);
-        }
         for (id, path, name) in ports {
             v.extend([
                 "-chardev".into(),
@@ -587,7 +572,6 @@ mod tests {
             gdb: None,
             dump: false,
             trace: None,
-            gdbserver: None,
             plugins: vec![],
             timing: None,
             sockets: None,
@@ -688,20 +672,6 @@ mod tests {
         assert!(has_pair(&a, "-chardev", "file,id=labtrace,path=/r/trace.cpio"));
         assert!(has_pair(&a, "-device", "virtserialport,chardev=labtrace,name=lab.trace"));
         assert!(!a.iter().any(|x| x.contains("labres")));
-        s.tcg = Tcg::Single;
-        assert_eq!(s.argv().iter().filter(|x| *x == "virtio-serial-device").count(), 1);
-    }
-
-    // The guest's gdbserver port: a TCP listener on loopback only, on one virtio-serial bus.
-    #[test]
-    fn gdbserver_port() {
-        let mut s = spec();
-        s.tcg = Tcg::Icount;
-        assert!(!s.argv().iter().any(|x| x == "virtio-serial-device"));
-        s.gdbserver = Some(2345);
-        let a = s.argv();
-        assert!(has_pair(&a, "-chardev", "socket,id=labgdbs,host=127.0.0.1,port=2345,server=on,wait=off"));
-        assert!(has_pair(&a, "-device", "virtserialport,chardev=labgdbs,name=lab.gdbserver"));
         s.tcg = Tcg::Single;
         assert_eq!(s.argv().iter().filter(|x| *x == "virtio-serial-device").count(), 1);
     }

@@ -204,7 +204,6 @@ fn run(sink: &mut Sink) -> Result<(), String> {
     let cmdline = std::fs::read_to_string("/proc/cmdline").unwrap_or_default().trim().to_string();
     sink.send(&Event::Hello { kernel: sys::kernel_release(), uptime_s: uptime_s(), cmdline: cmdline.clone() });
     do_mounts(LATE_MOUNTS)?;
-    sink::link_ports();
     let path = plan_path(&cmdline);
     let plan = load_plan(&path)?;
     sys::log(&format!("plan '{}' from {path}: {} step(s)", plan.name, plan.steps.len()));

@@ -91,21 +91,6 @@ pub fn find_port(name: &str, wait: Duration) -> Option<PathBuf> {
     }
 }
 
-/// `/dev/virtio-ports/NAME` links to every named port, as udev makes them, so a step can open
-/// a port by name (`gdbserver /dev/virtio-ports/lab.gdbserver PROG`).
-pub fn link_ports() {
-    let Ok(rd) = std::fs::read_dir("/sys/class/virtio-ports") else { return };
-    sys::mkdir_p("/dev/virtio-ports");
-    for e in rd.flatten() {
-        let name = std::fs::read_to_string(e.path().join("name")).unwrap_or_default();
-        let name = name.trim();
-        if !name.is_empty() && !name.contains('/') {
-            let target = Path::new("..").join(e.file_name());
-            let _ = std::os::unix::fs::symlink(target, Path::new("/dev/virtio-ports").join(name));
-        }
-    }
-}
-
 pub fn find_result_port() -> Option<PathBuf> {
     find_port(RESULT_PORT, Duration::from_secs(3))
 }
