@@ -8,12 +8,10 @@
 //! other steps run; result lines it prints are forwarded between steps.
 
 use crate::sink::Sink;
-use crate::step::{self, BASE_ENV};
+use crate::step;
 use crate::sys;
 use labproto::{describe_end, signal_name, Event, Ready, Status, Step, SERVICE_STOP_GRACE_S};
 use std::io::{BufRead, BufReader, Read};
-use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -250,20 +248,7 @@ fn send_end(sink: &mut Sink, step: &str, exit_code: Option<i32>, signal: Option<
 }
 
 fn spawn(s: &Step, name: &str) -> std::io::Result<Service> {
-    let arg0 = s.argv.first().ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "empty argv"))?;
-    let mut child = Command::new(step::resolve_program(arg0))
-        .args(&s.argv[1..])
-        .env_clear()
-        .envs(BASE_ENV.iter().copied())
-        .env("LAB_STEP", name)
-        .envs(&s.env)
-        .current_dir("/")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        // Its own process group: stopping it stops what it started.
-        .process_group(0)
-        .spawn()?;
+    let mut child = step::command(s, name)?.spawn()?;
     let pid = child.id() as libc::pid_t;
     // Registered before anything can reap it.
     lock(&PIDS).push(pid);

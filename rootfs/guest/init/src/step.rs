@@ -89,6 +89,25 @@ pub struct Outcome {
     pub timed_out: bool,
 }
 
+/// The process of a step (or service) reported as `name`: argv looked up, a clean environment
+/// plus its own, stdout and stderr piped, and its own process group, so a timeout or a stop
+/// ends everything it started.
+pub fn command(step: &Step, name: &str) -> io::Result<Command> {
+    let arg0 = step.argv.first().ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "empty argv"))?;
+    let mut c = Command::new(resolve_program(arg0));
+    c.args(&step.argv[1..])
+        .env_clear()
+        .envs(BASE_ENV.iter().copied())
+        .env("LAB_STEP", name)
+        .envs(&step.env)
+        .current_dir("/")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    Ok(c)
+}
+
 /// Runs `step`, reported as `name` (the plan's name, or `NAME@N` in a repeated plan), then
 /// sends the files it asked for. Returns whether it failed: a non-zero exit, a signal, a
 /// timeout or a failed result.
@@ -162,21 +181,8 @@ pub fn decode_status(st: libc::c_int) -> (Option<i32>, Option<i32>) {
 }
 
 fn spawn_and_watch(step: &Step, out: &mut Output, start: Instant) -> io::Result<Outcome> {
-    let arg0 = step.argv.first().ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "empty argv"))?;
     let timeout = if step.timeout_s == 0 { DEFAULT_TIMEOUT } else { Duration::from_secs(step.timeout_s) };
-    let mut child = Command::new(resolve_program(arg0))
-        .args(&step.argv[1..])
-        .env_clear()
-        .envs(BASE_ENV.iter().copied())
-        .env("LAB_STEP", out.name)
-        .envs(&step.env)
-        .current_dir("/")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        // Own process group, so a timeout kills everything the step started.
-        .process_group(0)
-        .spawn()?;
+    let mut child = command(step, out.name)?.spawn()?;
     let pid = child.id() as libc::pid_t;
     // We reap through waitpid(-1) (PID 1 also collects orphans), never via `child`.
     let stdout = child.stdout.take().expect("piped");
