@@ -27,6 +27,8 @@ pub struct InitramfsSpec {
     pub plan_json: String,
     /// Files under this directory are added at their relative paths; exec bits kept.
     pub overlay: Option<PathBuf>,
+    /// Unpacked Debian packages (`--deb`), added like an overlay, before it.
+    pub debs: Option<PathBuf>,
 }
 
 impl InitramfsSpec {
@@ -169,7 +171,7 @@ pub fn pack_initramfs(spec: &InitramfsSpec) -> Result<Vec<u8>> {
     }
     let plan = labproto::PLAN_PATH.trim_start_matches('/');
     t.add(plan, Kind::File { data: spec.plan_json.as_bytes().to_vec(), exec: false }, format!("the plan /{plan}"))?;
-    if let Some(o) = &spec.overlay {
+    for o in spec.debs.iter().chain(&spec.overlay) {
         if !o.is_dir() {
             bail!("overlay {} is not a directory", o.display());
         }
@@ -259,6 +261,7 @@ mod tests {
             busybox: Some(p("busybox", b"BUSYBOX")),
             plan_json: PLAN.into(),
             overlay: None,
+            debs: None,
         };
         Fixture { dir, spec }
     }
@@ -272,6 +275,28 @@ mod tests {
             std::fs::set_permissions(&p, std::fs::Permissions::from_mode(*mode)).unwrap();
         }
         o
+    }
+
+    // --deb's packages go in as one more overlay, only when asked; the user's overlay may not
+    // shadow them silently.
+    #[test]
+    fn debs_overlay() {
+        let mut f = fixture();
+        let plain = list_entries(&pack_initramfs(&f.spec).unwrap()).unwrap();
+        let debs = f.dir.path().join("debs");
+        std::fs::create_dir_all(debs.join("usr/bin")).unwrap();
+        std::fs::write(debs.join("usr/bin/strace"), b"S").unwrap();
+        std::fs::set_permissions(debs.join("usr/bin/strace"), std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::os::unix::fs::symlink("usr/lib", debs.join("lib")).unwrap();
+        f.spec.debs = Some(debs);
+        let with = list_entries(&pack_initramfs(&f.spec).unwrap()).unwrap();
+        assert!(!plain.iter().any(|e| e.name == "usr/bin/strace" || e.name == "lib"));
+        let get = |n: &str| with.iter().find(|e| e.name == n).unwrap_or_else(|| panic!("no {n}")).clone();
+        assert_eq!(get("usr/bin/strace").mode, 0o100755);
+        assert_eq!(get("lib").data, b"usr/lib");
+        f.spec.overlay = Some(overlay(&f, &[("usr/bin/strace", b"mine", 0o755)]));
+        let e = pack_initramfs(&f.spec).unwrap_err().to_string();
+        assert!(e.contains("/usr/bin/strace") && e.contains("collides"), "{e}");
     }
 
     #[test]

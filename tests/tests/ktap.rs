@@ -92,6 +92,7 @@ fn outcome(events: Vec<Event>, verdict: Verdict) -> Outcome {
         panic_report_s: None,
         console_tail: "List of all partitions:\n# Subtest: fake".into(),
         collect_errors: vec![],
+        step_output: Default::default(),
     }
 }
 

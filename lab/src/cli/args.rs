@@ -104,6 +104,10 @@ pub struct RunFields {
     /// Directory whose files are added to the initramfs (e.g. bin/my-client).
     #[arg(long, env = "LAB_OVERLAY")]
     pub overlay: Option<std::path::PathBuf>,
+    /// Debian arm64 packages (and their dependencies) unpacked into the initramfs, e.g.
+    /// `--deb strace,gdbserver`; `PKG/trixie-backports` for the backport (docs: userland).
+    #[arg(long = "deb", value_name = "PKG[,PKG...]", value_delimiter = ',')]
+    pub debs: Vec<String>,
     /// Seconds to wait for the guest init's first message.
     #[arg(long, default_value_t = DEFAULT_BOOT_TIMEOUT_S)]
     pub boot_timeout: u64,
@@ -222,6 +226,7 @@ impl RunArgs {
             flavor: self.flavor.clone(),
             tcg: self.tcg.unwrap_or(Tcg::Single),
             overlay: self.overlay.clone(),
+            debs: self.debs.clone(),
             boot_timeout: std::time::Duration::from_secs(self.boot_timeout),
             echo: self.verbose,
             pin: self.pin,

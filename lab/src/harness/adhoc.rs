@@ -31,7 +31,8 @@ pub fn apply_opts(plan: &Plan, opts: &RunOpts) -> Plan {
         p.repeat = opts.repeat;
     }
     p.until_fail |= opts.until_fail;
-    for s in &mut p.steps {
+    // A service runs past its step: the steps after it collect what it leaves.
+    for s in p.steps.iter_mut().filter(|s| !s.service) {
         s.collect.extend(opts.collect.iter().cloned());
     }
     p
@@ -131,6 +132,7 @@ mod tests {
             panic_report_s: None,
             console_tail: String::new(),
             collect_errors: vec![],
+            step_output: Default::default(),
         }
     }
 

@@ -181,6 +181,9 @@ impl Monitor {
                 Event::StepEnd { .. } => self.enter(Phase::Idle, now + self.idle_grace),
                 Event::Done => self.enter(Phase::PowerOff, now + POWEROFF_TIMEOUT),
                 Event::InitError { message } => self.verdict = Some(Verdict::InitError { message: message.clone() }),
+                // Between steps the init still reports (services stopping at the end of the
+                // step list): each report restarts the idle wait.
+                Event::Result { .. } if self.phase == Phase::Idle => self.enter(Phase::Idle, now + self.idle_grace),
                 _ => {}
             }
         }
@@ -370,6 +373,40 @@ mod tests {
         }
         assert!(m.step(at(302.1), Input::Tick));
         assert_eq!(m.verdict().map(|v| matches!(v, Verdict::Timeout { .. })), Some(true));
+    }
+
+    // Services are stopped after the last step: their reports keep the idle wait going, and
+    // silence still times out.
+    #[test]
+    fn service_reports_between_steps_extend_the_idle_wait() {
+        let stopped = |at| {
+            (
+                at,
+                Input::Result(Event::Result {
+                    step: "svc".into(),
+                    case: "stopped".into(),
+                    status: labproto::Status::Pass,
+                    duration_ms: 1.0,
+                    message: None,
+                    data: serde_json::Value::Null,
+                }),
+            )
+        };
+        let (f, at) = run(vec![
+            (0.9, hello()),
+            (1.0, start("a")),
+            (2.0, end("a")),
+            stopped(14.0),
+            stopped(28.0),
+            (42.0, Input::Tick),
+            (43.5, Input::Tick),
+        ]);
+        assert_eq!(at, Some(43.5));
+        assert!(
+            matches!(f.verdict, Verdict::Timeout { ref phase, .. } if phase.contains("between steps")),
+            "{:?}",
+            f.verdict
+        );
     }
 
     #[test]

@@ -23,6 +23,9 @@ pub struct RunOpts {
     pub icount_shift: u32,
     /// Extra files for the initramfs (e.g. the user's own static binder clients).
     pub overlay: Option<PathBuf>,
+    /// Debian arm64 packages unpacked into the initramfs with their dependencies (`--deb`),
+    /// besides the plan's own `debs`.
+    pub debs: Vec<String>,
     pub boot_timeout: Duration,
     /// Show the console live on stderr.
     pub echo: bool,
@@ -75,6 +78,7 @@ impl Default for RunOpts {
             tcg: Tcg::Single,
             icount_shift: 3,
             overlay: None,
+            debs: vec![],
             boot_timeout: Duration::from_secs(DEFAULT_BOOT_TIMEOUT_S),
             echo: false,
             pin: false,
@@ -138,6 +142,7 @@ pub fn load_plan(name: &str) -> Result<Plan> {
     let path = resolve(name, &plans_dir(), "toml", "plan", &[])?;
     let text = std::fs::read_to_string(&path)?;
     let plan: Plan = toml::from_str(&text).with_context(|| format!("{} is not a valid plan", path.display()))?;
+    plan.check().map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     Ok(plan)
 }
 

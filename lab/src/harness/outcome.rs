@@ -3,6 +3,7 @@
 use crate::harness::splat::Splat;
 use labproto::{Event, Status};
 use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
 /// What `lab` exits with (docs/src/reference/exit-codes.md). The harness's own codes sit above 200:
@@ -78,6 +79,37 @@ pub struct Outcome {
     /// What went wrong receiving collected files (the guest's own reasons are FileEnd events).
     #[serde(default)]
     pub collect_errors: Vec<String>,
+    /// The last console lines each step (or service) printed, shown with its failure.
+    #[serde(skip)]
+    pub step_output: BTreeMap<String, Vec<String>>,
+}
+
+/// Console lines a step's output keeps for its failure report.
+pub const STEP_OUTPUT_LINES: usize = 20;
+
+/// The last [`STEP_OUTPUT_LINES`] lines each step printed: the console lines the init
+/// prefixed with `[step] ` (labproto::step_console_prefix), for the steps `events` started.
+pub fn step_output(lines: &[String], events: &[Event]) -> BTreeMap<String, Vec<String>> {
+    let mut out: BTreeMap<String, Vec<String>> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::StepStart { step } => Some((step.clone(), vec![])),
+            _ => None,
+        })
+        .collect();
+    for line in lines {
+        let Some((name, text)) = line.strip_prefix('[').and_then(|l| l.split_once("] ")) else {
+            continue;
+        };
+        if let Some(v) = out.get_mut(name) {
+            if v.len() == STEP_OUTPUT_LINES {
+                v.remove(0);
+            }
+            v.push(text.trim_end_matches('\r').to_string());
+        }
+    }
+    out.retain(|_, v| !v.is_empty());
+    out
 }
 
 impl Outcome {
@@ -93,16 +125,24 @@ impl Outcome {
 
     /// Steps that exited non-zero or timed out.
     pub fn failed_steps(&self) -> Vec<String> {
+        self.failed_step_list().into_iter().map(|(step, why)| format!("{step}: {why}")).collect()
+    }
+
+    /// (step, why) for each step that exited non-zero, was killed or timed out, in plain words.
+    fn failed_step_list(&self) -> Vec<(&str, String)> {
         self.events
             .iter()
             .filter_map(|e| match e {
-                Event::StepEnd { step, timed_out: true, duration_ms, .. } => Some(format!(
-                    "{step}: timed out after {:.1} s; last console lines:\n{}",
-                    duration_ms / 1000.0,
-                    self.console_tail
+                Event::StepEnd { step, timed_out: true, duration_ms, .. } => Some((
+                    step.as_str(),
+                    format!(
+                        "timed out after {:.1} s; last console lines:\n{}",
+                        duration_ms / 1000.0,
+                        self.console_tail
+                    ),
                 )),
-                Event::StepEnd { step, exit_code, signal, .. } if *exit_code != Some(0) => {
-                    Some(format!("{step}: exit code {exit_code:?}, signal {signal:?}"))
+                Event::StepEnd { step, exit_code, signal, duration_ms, .. } if *exit_code != Some(0) => {
+                    Some((step.as_str(), labproto::describe_end(*exit_code, *signal, false, *duration_ms)))
                 }
                 _ => None,
             })
@@ -122,10 +162,21 @@ impl Outcome {
             }
             Verdict::Interrupted => p.push("interrupted".into()),
         }
-        p.extend(self.failed_steps().into_iter().map(|s| format!("step {s}")));
+        // A failing step's own output, once, with its first failure.
+        let mut shown = BTreeSet::new();
+        let mut with_output = |step: &str, text: String| match self.step_output.get(step) {
+            Some(lines) if shown.insert(step.to_string()) => {
+                format!("{text}\n  its last {} output line(s):\n    {}", lines.len(), lines.join("\n    "))
+            }
+            _ => text,
+        };
+        for (step, why) in self.failed_step_list() {
+            p.push(with_output(step, format!("step {step}: {why}")));
+        }
         for (step, case, status, msg) in self.results() {
             if status == Status::Fail {
-                p.push(format!("{step}/{case} failed{}", msg.map(|m| format!(": {m}")).unwrap_or_default()));
+                let text = format!("{step}/{case} failed{}", msg.map(|m| format!(": {m}")).unwrap_or_default());
+                p.push(with_output(step, text));
             }
         }
         p.extend(self.topology_mismatches.iter().cloned());
@@ -214,6 +265,7 @@ pub(crate) mod tests {
             panic_report_s: None,
             console_tail: String::new(),
             collect_errors: vec![],
+            step_output: Default::default(),
         }
     }
 
@@ -257,5 +309,43 @@ pub(crate) mod tests {
                 .map(|e| e.code())
                 .collect();
         assert_eq!(codes, [0, 1, 202, 201, 203, 130]);
+    }
+
+    // Failures read as words, and a failing step's own output comes with its first failure.
+    #[test]
+    fn failures_in_plain_words_with_the_steps_output() {
+        let mut o = three_problems();
+        o.events.insert(0, Event::StepStart { step: "s".into() });
+        o.events.push(Event::StepStart { step: "crash".into() });
+        o.events.push(Event::StepEnd {
+            step: "crash".into(),
+            exit_code: None,
+            signal: Some(11),
+            timed_out: false,
+            duration_ms: 3.0,
+        });
+        let lines: Vec<String> = [
+            "[s] opening /dev/binderfs/binder",
+            "[    1.0] kernel text",
+            "[crash] about to",
+            "[s] Error: EPERM",
+            "[other] x",
+        ]
+        .iter()
+        .map(|l| l.to_string())
+        .collect();
+        o.step_output = step_output(&lines, &o.events);
+        assert_eq!(o.step_output["s"], ["opening /dev/binderfs/binder", "Error: EPERM"]);
+        assert!(!o.step_output.contains_key("other"), "not a step of this run");
+        let p = o.problems();
+        assert_eq!(
+            p[0],
+            "step s: exited with status 1\n  its last 2 output line(s):\n    opening /dev/binderfs/binder\n    Error: EPERM"
+        );
+        assert_eq!(p[1], "step crash: killed by SIGSEGV\n  its last 1 output line(s):\n    about to");
+        // Shown once per step: the failed case of `s` does not repeat it.
+        assert_eq!(p[2], "s/c failed: bad");
+        let many: Vec<String> = (0..30).map(|i| format!("[s] line {i}")).collect();
+        assert_eq!(step_output(&many, &o.events)["s"].len(), STEP_OUTPUT_LINES);
     }
 }

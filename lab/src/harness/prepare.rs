@@ -55,6 +55,10 @@ pub fn prepare(opts: &RunOpts, plan: Plan, dir: &Path) -> Result<Prepared> {
         spec.programs.push((crate::harness::selftest::PROGRAM.into(), crate::harness::selftest::build(&cache, &tree)?));
     }
     spec.overlay = opts.overlay.clone();
+    let debs: Vec<String> = opts.debs.iter().chain(&plan.debs).cloned().collect();
+    if !debs.is_empty() {
+        spec.debs = Some(crate::provision::debs::overlay(&cache, &debs)?.root);
+    }
     let initrd = dir.join("initramfs.cpio");
     rootfs::write_initramfs(&spec, &initrd)?;
     Ok(Prepared { kernel, board, board_sha256, dtb, initrd, plan, qemu: qemu_bin, qemu_key, cache_plugin })

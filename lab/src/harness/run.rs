@@ -290,6 +290,7 @@ fn outcome(dir: PathBuf, prepared: &Prepared, run: Finished, t0: Instant) -> Out
     events.extend(ktap::from_console(&run.lines));
     events.extend(crate::harness::selftest::from_console(&run.lines));
     let topology_mismatches = check_topology(&prepared.board, &events);
+    let step_output = crate::harness::outcome::step_output(&run.lines, &events);
     Outcome {
         dir,
         verdict: run.verdict,
@@ -301,6 +302,7 @@ fn outcome(dir: PathBuf, prepared: &Prepared, run: Finished, t0: Instant) -> Out
         panic_report_s: run.panic_report_s,
         console_tail: splat::tail(&run.lines, 50),
         collect_errors: vec![],
+        step_output,
     }
 }
 

@@ -118,6 +118,8 @@ pub struct PrivateApt {
     root: PathBuf,
     /// Its sources.list; None for the default (kernel, rust-src and busybox) sources.
     sources: Option<String>,
+    /// apt's native architecture: plain package names mean this one.
+    arch: &'static str,
 }
 
 /// One version of a package as the private apt sees it.
@@ -130,14 +132,67 @@ pub struct PkgVersion {
 
 impl PrivateApt {
     pub fn new(cache: &Path) -> PrivateApt {
-        PrivateApt { root: cache.join("apt/private"), sources: None }
+        PrivateApt { root: cache.join("apt/private"), sources: None, arch: "amd64" }
     }
 
     /// A private apt with only a `deb-src` line for `suite`, to fetch one source package's
     /// files. Its lists live apart from the default private apt's.
     pub fn sources_of(cache: &Path, suite: &str) -> PrivateApt {
         let sources = format!("deb-src [signed-by={KEYRING}] {MIRROR} {suite} main\n");
-        PrivateApt { root: cache.join("apt").join(format!("src-{suite}")), sources: Some(sources) }
+        PrivateApt { root: cache.join("apt").join(format!("src-{suite}")), sources: Some(sources), arch: "amd64" }
+    }
+
+    /// A private apt in `root` with these sources, resolving for `arch` (the guest's arm64).
+    pub fn with_sources(root: &Path, sources: String, arch: &'static str) -> PrivateApt {
+        PrivateApt { root: root.to_path_buf(), sources: Some(sources), arch }
+    }
+
+    /// How long ago the lists were refreshed; None before the first `update`.
+    pub fn lists_age(&self) -> Option<std::time::Duration> {
+        let lists = std::fs::read_dir(self.root.join("state/lists")).ok()?;
+        let newest = lists
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().contains("_Packages"))
+            .filter_map(|e| e.metadata().and_then(|m| m.modified()).ok())
+            .max()?;
+        // The sources changed since: as good as no lists.
+        let sources = std::fs::read_to_string(self.root.join("sources.list")).unwrap_or_default();
+        (sources == self.sources()).then(|| newest.elapsed().unwrap_or_default())
+    }
+
+    /// `apt-get --print-uris install ARGS` with this apt's options: every .deb of the closure
+    /// (against an empty archive directory, since apt leaves out what it already has); its
+    /// output, whatever the status.
+    pub fn print_uris(&self, args: &[&str]) -> Result<std::process::Output> {
+        let empty = self.root.join("cache/none");
+        std::fs::create_dir_all(empty.join("partial"))?;
+        Command::new("apt-get")
+            .args(self.opts())
+            .arg("-o")
+            .arg(format!("Dir::Cache::archives={}", empty.display()))
+            .args(["-qq", "--print-uris", "install"])
+            .args(args)
+            .output()
+            .context("running apt-get")
+    }
+
+    /// Downloads `pkgs` and their dependencies (no recommends) into this apt's archive
+    /// directory, which it returns; apt checks every file against the signed index.
+    pub fn download_closure(&self, pkgs: &[String]) -> Result<PathBuf> {
+        let st = Command::new("apt-get")
+            .args(self.opts())
+            .args(["-q", "-y", "--download-only", "--no-install-recommends", "install"])
+            .args(pkgs)
+            .stdout(std::io::stderr())
+            .status()
+            .context("running apt-get")?;
+        if !st.success() {
+            bail!(
+                "private `apt-get --download-only install {}` failed ({st}); is the Debian mirror reachable?",
+                pkgs.join(" ")
+            );
+        }
+        Ok(self.root.join("cache/archives"))
     }
 
     fn sources(&self) -> String {
@@ -164,7 +219,7 @@ impl PrivateApt {
             format!("Dir::State={r}/state"),
             format!("Dir::Cache={r}/cache"),
             "Dir::State::status=/dev/null".into(),
-            "APT::Architecture=amd64".into(),
+            format!("APT::Architecture={}", self.arch),
             "APT::Architectures::=amd64".into(),
             "APT::Architectures::=arm64".into(),
             "Acquire::Languages=none".into(),
@@ -193,7 +248,8 @@ impl PrivateApt {
         self.prepare()?;
         crate::support::progress::note(format!("refreshing private apt lists in {}", self.root.display()));
         let (sh, opts) = (sh(), self.opts());
-        let st = Command::from(cmd!(sh, "apt-get {opts...} -q update")).status()?;
+        // Progress on stderr: `lab run -- CMD` keeps stdout for the guest command's output.
+        let st = Command::from(cmd!(sh, "apt-get {opts...} -q update")).stdout(std::io::stderr()).status()?;
         if !st.success() {
             bail!("private `apt-get update` failed ({st}); is the Debian mirror reachable?");
         }

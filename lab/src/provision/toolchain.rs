@@ -38,6 +38,7 @@ pub const HOST_PACKAGES: &[(&str, &str)] = &[
     ("libc6-dev-arm64-cross", "static glibc for the guest binaries"),
     ("gdb-multiarch", "cargo make gdb: debugging the aarch64 guest kernel"),
     ("trace-cmd", "--trace: trace.dat from the guest's ring buffers"),
+    ("chromium", "the test that opens the nightly's HTML report in a real browser"),
 ];
 
 /// Everything the kernel build needs from setup, with paths resolved.

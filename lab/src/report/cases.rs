@@ -47,12 +47,16 @@ pub fn test_cases(o: &Outcome) -> Vec<TestCase> {
             let msg = if *timed_out {
                 format!("step {step} timed out after {:.1} s", duration_ms / 1000.0)
             } else if *exit_code != Some(0) {
-                format!("step {step} ended with exit code {exit_code:?}, signal {signal:?}")
+                format!("step {step} {}", labproto::describe_end(*exit_code, *signal, false, *duration_ms))
             } else {
                 continue;
             };
-            let detail =
-                if *timed_out { format!("{msg}; last console lines:\n{}", o.console_tail) } else { msg.clone() };
+            let output = o.step_output.get(step).map(|l| format!("\nits last output lines:\n{}", l.join("\n")));
+            let detail = if *timed_out {
+                format!("{msg}; last console lines:\n{}", o.console_tail)
+            } else {
+                format!("{msg}{}", output.unwrap_or_default())
+            };
             out.push(TestCase {
                 suite: step.clone(),
                 name: format!("{step}/(step)"),
@@ -334,6 +338,7 @@ pub(crate) mod tests {
             panic_report_s: None,
             console_tail: "last <line>".into(),
             collect_errors: vec![],
+            step_output: Default::default(),
         }
     }
 
@@ -383,7 +388,7 @@ pub(crate) mod tests {
             ]
         );
         assert_eq!(c[1].message.as_deref(), Some("A -> B: <bad> & \"worse\""));
-        assert!(c[3].message.as_deref().unwrap().contains("exit code Some(1)"));
+        assert!(c[3].message.as_deref().unwrap().contains("step conformance exited with status 1"));
         // A panic is one failing case, its splat is not repeated.
         let p = outcome(vec![], Verdict::Panic { text: "Kernel panic - not syncing".into() }, sample().splats);
         let c = test_cases(&p);

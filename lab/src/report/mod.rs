@@ -1,6 +1,7 @@
 //! Stage 4: what a run or a nightly means for people and CI tools: JUnit XML, TAP, the
 //! per-case table, the run summary, HTML and KCIDB. Imports `harness` and below.
 
+pub mod browser;
 pub mod cases;
 pub mod html;
 pub mod kcidb;

@@ -56,6 +56,10 @@ pub struct Plan {
     /// timeout or a failed result).
     #[serde(default, skip_serializing_if = "is_default")]
     pub until_fail: bool,
+    /// Debian arm64 packages the steps need (`debs = ["strace"]`): the host unpacks them and
+    /// their dependencies into the initramfs, as with `--deb`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub debs: Vec<String>,
 }
 
 fn is_default<T: Default + PartialEq>(v: &T) -> bool {
@@ -137,6 +141,122 @@ pub struct Step {
     /// [`Event::FileChunk`]s and one [`Event::FileEnd`] per file.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub collect: Vec<String>,
+    /// A long-running service rather than a program that runs to its end: the init starts it,
+    /// waits for [`Step::ready`] (at most `timeout_s`), reports that as the case `ready` and
+    /// goes on with the next step while it runs. At the end of the step list it is stopped
+    /// (SIGTERM to its process group, SIGKILL after [`SERVICE_STOP_GRACE_S`]) and reported as
+    /// the case `stopped`, which fails if it ended on its own with an error before that.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub service: bool,
+    /// When a service counts as started (without it: as soon as it is running).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready: Option<Ready>,
+}
+
+/// Seconds a service gets between SIGTERM and SIGKILL when the plan ends.
+pub const SERVICE_STOP_GRACE_S: u64 = 5;
+
+/// A service's readiness condition (`ready = { path = "/tmp/sock" }` in a plan).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Ready {
+    /// This guest path exists.
+    Path(String),
+    /// The service printed a line (stdout or stderr) that contains this text.
+    Line(String),
+    /// The context manager knows this name: Android's `IServiceManager.getService(name)`
+    /// returns a binder (rsbinder's `rsb_hub`, Android's servicemanager).
+    Binder(String),
+}
+
+impl std::fmt::Display for Ready {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Ready::Path(p) => write!(f, "{p} exists"),
+            Ready::Line(l) => write!(f, "a line containing {l:?} was printed"),
+            Ready::Binder(n) => write!(f, "binder service {n:?} is registered"),
+        }
+    }
+}
+
+impl Plan {
+    /// What the guest cannot run as written, in words that name the step and the fix.
+    pub fn check(&self) -> Result<(), String> {
+        let mut seen = std::collections::BTreeSet::new();
+        for s in &self.steps {
+            if !seen.insert(s.name.as_str()) {
+                return Err(format!("two steps are named {:?}: step names must be unique", s.name));
+            }
+            if s.ready.is_some() && !s.service {
+                return Err(format!(
+                    "step {:?} has `ready` but is not a service: add `service = true`, or drop `ready`",
+                    s.name
+                ));
+            }
+            if s.service && !s.collect.is_empty() {
+                return Err(format!(
+                    "service {:?} has `collect`: a service runs past its step; collect in a later step",
+                    s.name
+                ));
+            }
+            if s.argv.is_empty() {
+                return Err(format!("step {:?} has an empty argv", s.name));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// How a process ended, in plain words: "exited with status 1", "killed by SIGSEGV",
+/// "timed out after 30.0 s and was killed".
+pub fn describe_end(exit_code: Option<i32>, signal: Option<i32>, timed_out: bool, duration_ms: f64) -> String {
+    if timed_out {
+        return format!("timed out after {:.1} s and was killed", duration_ms / 1000.0);
+    }
+    match (exit_code, signal) {
+        (Some(c), _) => format!("exited with status {c}"),
+        (None, Some(s)) => format!("killed by {}", signal_name(s)),
+        (None, None) => "ended in an unknown way (not reaped)".into(),
+    }
+}
+
+/// `SIGSEGV` for 11 (the Linux numbers, which aarch64 and x86-64 share); `signal 40` for
+/// numbers without a name.
+pub fn signal_name(sig: i32) -> String {
+    const NAMES: [&str; 31] = [
+        "SIGHUP",
+        "SIGINT",
+        "SIGQUIT",
+        "SIGILL",
+        "SIGTRAP",
+        "SIGABRT",
+        "SIGBUS",
+        "SIGFPE",
+        "SIGKILL",
+        "SIGUSR1",
+        "SIGSEGV",
+        "SIGUSR2",
+        "SIGPIPE",
+        "SIGALRM",
+        "SIGTERM",
+        "SIGSTKFLT",
+        "SIGCHLD",
+        "SIGCONT",
+        "SIGSTOP",
+        "SIGTSTP",
+        "SIGTTIN",
+        "SIGTTOU",
+        "SIGURG",
+        "SIGXCPU",
+        "SIGXFSZ",
+        "SIGVTALRM",
+        "SIGPROF",
+        "SIGWINCH",
+        "SIGIO",
+        "SIGPWR",
+        "SIGSYS",
+    ];
+    usize::try_from(sig - 1).ok().and_then(|i| NAMES.get(i)).map_or_else(|| format!("signal {sig}"), |n| n.to_string())
 }
 
 /// Outcome of a single test case.
@@ -366,6 +486,58 @@ mod tests {
         let bytes: Vec<u8> = (0..=255).collect();
         assert_eq!(decode_chunk(&encode_chunk(&bytes)).unwrap(), bytes);
         assert!(decode_chunk("not base64!").unwrap_err().contains("bad base64"));
+    }
+
+    #[test]
+    fn services_in_plans() {
+        let p: Plan = toml::from_str(
+            r#"
+            name = "s"
+            [[steps]]
+            name = "hub"
+            argv = ["/bin/rsb_hub"]
+            timeout_s = 10
+            service = true
+            ready = { binder = "manager" }
+            [[steps]]
+            name = "client"
+            argv = ["/bin/c"]
+            timeout_s = 10
+            "#,
+        )
+        .unwrap();
+        assert!(p.steps[0].service && !p.steps[1].service);
+        assert_eq!(p.steps[0].ready, Some(Ready::Binder("manager".into())));
+        p.check().unwrap();
+        // The wire form keeps plain steps as they were.
+        let json = serde_json::to_string(&p).unwrap();
+        assert_eq!(json.matches("service").count(), 1, "{json}");
+        assert_eq!(serde_json::from_str::<Plan>(&json).unwrap(), p);
+        let mut bad = p.clone();
+        bad.steps[1].ready = Some(Ready::Path("/x".into()));
+        assert!(bad.check().unwrap_err().contains("add `service = true`"));
+        let mut bad = p.clone();
+        bad.steps[1].name = "hub".into();
+        assert!(bad.check().unwrap_err().contains("two steps are named \"hub\""));
+        let mut bad = p.clone();
+        bad.steps[0].collect = vec!["/tmp/x".into()];
+        assert!(bad.check().unwrap_err().contains("collect in a later step"));
+        let e = toml::from_str::<Plan>(
+            "name = \"x\"\n[[steps]]\nname = \"a\"\nargv = [\"/a\"]\ntimeout_s = 1\nservice = true\nready = { socket = \"/x\" }",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("unknown variant `socket`") && e.contains("`path`, `line`, `binder`"), "{e}");
+    }
+
+    #[test]
+    fn ends_in_plain_words() {
+        assert_eq!(describe_end(Some(1), None, false, 5.0), "exited with status 1");
+        assert_eq!(describe_end(None, Some(11), false, 5.0), "killed by SIGSEGV");
+        assert_eq!(describe_end(None, Some(9), true, 30_000.0), "timed out after 30.0 s and was killed");
+        assert_eq!(signal_name(31), "SIGSYS");
+        assert_eq!(signal_name(40), "signal 40");
+        assert_eq!(signal_name(0), "signal 0");
     }
 
     #[test]

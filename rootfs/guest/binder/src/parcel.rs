@@ -244,6 +244,17 @@ impl Parcel {
         self.write_blob(s.as_bytes())
     }
 
+    /// Android's `Parcel::writeString16`: the length in UTF-16 units, the units, a NUL unit,
+    /// padding to 4 bytes.
+    pub fn write_string16(&mut self, s: &str) -> &mut Self {
+        let units: Vec<u16> = s.encode_utf16().collect();
+        self.write_i32(units.len() as i32);
+        for u in units.iter().chain(std::iter::once(&0)) {
+            self.write_bytes(&u.to_ne_bytes());
+        }
+        self.align(4)
+    }
+
     /// Appends an object (aligning the data to 8 bytes first) and records its offset.
     pub fn write_object(&mut self, obj: Object) -> &mut Self {
         self.align(8);

@@ -189,3 +189,58 @@ pub fn list_services(b: &mut Binder) -> Result<Vec<String>> {
     let n = rd.read_u32()?;
     (0..n).map(|_| rd.read_str().map_err(Error::from)).collect()
 }
+
+/// Android's `android.os.IServiceManager` (rsbinder's `rsb_hub`, Android's servicemanager),
+/// which is not the minimal protocol of [`ServiceManager`] above.
+pub const ANDROID_SM_DESCRIPTOR: &str = "android.os.IServiceManager";
+/// `getService(name)`: the first AIDL method, FIRST_CALL_TRANSACTION in every version of the
+/// interface (Android 16 inserted `getService2` after it and moved `checkService`).
+pub const ANDROID_SM_GET_SERVICE: u32 = 1;
+
+/// The request of Android's `IServiceManager.getService(name)`: the interface token
+/// (`Parcel::writeInterfaceToken` with strict-mode policy, an unset work source and the
+/// system header `SYST`) and the name.
+pub fn android_get_service_request(name: &str) -> Parcel {
+    const STRICT_MODE_PENALTY_GATHER: i32 = 1 << 31;
+    const UNSET_WORK_SOURCE: i32 = -1;
+    let mut p = Parcel::new();
+    p.write_i32(STRICT_MODE_PENALTY_GATHER)
+        .write_i32(UNSET_WORK_SOURCE)
+        .write_i32(i32::from_be_bytes(*b"SYST"))
+        .write_string16(ANDROID_SM_DESCRIPTOR)
+        .write_string16(name);
+    p
+}
+
+/// Whether an Android-protocol context manager knows `name`: the reply carries a status of 0
+/// and a handle object (a missing service is a null binder, which is not an object). The
+/// reply's reference on the handle goes with its buffer.
+pub fn android_has_service(b: &mut Binder, name: &str, timeout: Duration) -> Result<bool> {
+    let opts = crate::CallOpts { timeout: Some(timeout), ..Default::default() };
+    let reply = b
+        .call_with(0, ANDROID_SM_GET_SERVICE, &android_get_service_request(name), &opts, None)?
+        .ok_or_else(|| Error::Protocol("no reply to getService".into()))?;
+    let status = reply.reader().read_i32()?;
+    if status != 0 {
+        return Err(Error::Protocol(format!("getService({name:?}) answered with exception code {status}")));
+    }
+    Ok(reply.objects()?.iter().any(|o| matches!(o, Object::Handle { .. })))
+}
+
+#[cfg(test)]
+mod android_tests {
+    use super::*;
+
+    // The bytes libbinder's writeInterfaceToken + writeString16 put on the wire.
+    #[test]
+    fn get_service_request_bytes() {
+        let p = android_get_service_request("ab");
+        let d = p.data();
+        assert_eq!(&d[..12], [0, 0, 0, 0x80, 0xff, 0xff, 0xff, 0xff, b'T', b'S', b'Y', b'S']);
+        let desc_units = ANDROID_SM_DESCRIPTOR.len();
+        assert_eq!(&d[12..16], (desc_units as i32).to_ne_bytes());
+        let name_at = 16 + (2 * (desc_units + 1)).next_multiple_of(4);
+        assert_eq!(&d[name_at..], [2, 0, 0, 0, b'a', 0, b'b', 0, 0, 0, 0, 0]);
+        assert!(p.offsets().is_empty());
+    }
+}

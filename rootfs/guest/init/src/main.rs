@@ -3,6 +3,7 @@
 //! Done and powers off. It never exits or hangs: every failure ends in a power-off.
 
 mod collect;
+mod service;
 mod sink;
 mod step;
 mod sys;
@@ -160,16 +161,20 @@ fn run_steps(plan: &Plan, sink: &mut Sink, tracer: &mut Option<trace::Tracer>) -
     let runs = plan.repeat.max(1);
     for n in 1..=runs {
         let mut failed = false;
+        // Services started in this run; they stay up for the later steps of the run.
+        let mut services = service::Services::default();
         for s in &plan.steps {
             let name = labproto::iteration_step(&s.name, n, runs);
             if let Some(t) = tracer.as_mut() {
                 t.start()?;
             }
-            failed |= step::run(s, &name, sink);
+            failed |= if s.service { services.start(s, &name, sink) } else { step::run(s, &name, sink) };
+            services.forward(sink);
             if let Some(t) = tracer.as_mut() {
                 t.finish(&name)?;
             }
         }
+        failed |= services.stop_all(sink);
         if runs > 1 {
             sys::log(&format!("run {n} of {runs}: {}", if failed { "failed" } else { "passed" }));
         }

@@ -19,15 +19,22 @@ const LINGER: Duration = Duration::from_millis(500);
 /// How long to wait for a SIGKILLed step to be reaped (it can be stuck in the kernel).
 const KILL_WAIT: Duration = Duration::from_secs(5);
 
-pub const BASE_ENV: &[(&str, &str)] = &[("PATH", "/bin:/sbin"), ("HOME", "/root"), ("TERM", "linux")];
+/// Busybox and the lab's programs first, then what `--deb` packages unpacked under /usr.
+pub const PATH_DIRS: &[&str] = &["/bin", "/sbin", "/usr/bin", "/usr/sbin"];
+pub const BASE_ENV: &[(&str, &str)] =
+    &[("PATH", "/bin:/sbin:/usr/bin:/usr/sbin"), ("HOME", "/root"), ("TERM", "linux")];
 
-/// argv[0] as an absolute path: names without a slash are looked up in /bin.
+/// argv[0] as an absolute path: names without a slash are looked up in [`PATH_DIRS`]
+/// (`/bin/NAME` when none has it, so the error names the usual place).
 pub fn resolve_program(arg0: &str) -> String {
     if arg0.contains('/') {
-        arg0.to_string()
-    } else {
-        format!("/bin/{arg0}")
+        return arg0.to_string();
     }
+    PATH_DIRS
+        .iter()
+        .map(|d| format!("{d}/{arg0}"))
+        .find(|p| std::path::Path::new(p).exists())
+        .unwrap_or_else(|| format!("/bin/{arg0}"))
 }
 
 /// Splits a byte stream into lines; keeps the unfinished tail.
@@ -82,6 +89,25 @@ pub struct Outcome {
     pub timed_out: bool,
 }
 
+/// The process of a step (or service) reported as `name`: argv looked up, a clean environment
+/// plus its own, stdout and stderr piped, and its own process group, so a timeout or a stop
+/// ends everything it started.
+pub fn command(step: &Step, name: &str) -> io::Result<Command> {
+    let arg0 = step.argv.first().ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "empty argv"))?;
+    let mut c = Command::new(resolve_program(arg0));
+    c.args(&step.argv[1..])
+        .env_clear()
+        .envs(BASE_ENV.iter().copied())
+        .env("LAB_STEP", name)
+        .envs(&step.env)
+        .current_dir("/")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    Ok(c)
+}
+
 /// Runs `step`, reported as `name` (the plan's name, or `NAME@N` in a repeated plan), then
 /// sends the files it asked for. Returns whether it failed: a non-zero exit, a signal, a
 /// timeout or a failed result.
@@ -109,8 +135,9 @@ pub fn run(step: &Step, name: &str, sink: &mut Sink) -> bool {
     };
     let duration_ms = start.elapsed().as_secs_f64() * 1000.0;
     sys::log(&format!(
-        "step {name}: end exit={:?} signal={:?} timed_out={} in {:.0} ms",
-        outcome.exit_code, outcome.signal, outcome.timed_out, duration_ms
+        "step {name}: {} in {:.0} ms",
+        labproto::describe_end(outcome.exit_code, outcome.signal, outcome.timed_out, duration_ms),
+        duration_ms
     ));
     crate::collect::send(name, &step.collect, out.sink);
     out.sink.send(&Event::StepEnd {
@@ -143,7 +170,7 @@ impl Output<'_> {
     }
 }
 
-fn decode_status(st: libc::c_int) -> (Option<i32>, Option<i32>) {
+pub fn decode_status(st: libc::c_int) -> (Option<i32>, Option<i32>) {
     if libc::WIFEXITED(st) {
         (Some(libc::WEXITSTATUS(st)), None)
     } else if libc::WIFSIGNALED(st) {
@@ -154,21 +181,8 @@ fn decode_status(st: libc::c_int) -> (Option<i32>, Option<i32>) {
 }
 
 fn spawn_and_watch(step: &Step, out: &mut Output, start: Instant) -> io::Result<Outcome> {
-    let arg0 = step.argv.first().ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "empty argv"))?;
     let timeout = if step.timeout_s == 0 { DEFAULT_TIMEOUT } else { Duration::from_secs(step.timeout_s) };
-    let mut child = Command::new(resolve_program(arg0))
-        .args(&step.argv[1..])
-        .env_clear()
-        .envs(BASE_ENV.iter().copied())
-        .env("LAB_STEP", out.name)
-        .envs(&step.env)
-        .current_dir("/")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        // Own process group, so a timeout kills everything the step started.
-        .process_group(0)
-        .spawn()?;
+    let mut child = command(step, out.name)?.spawn()?;
     let pid = child.id() as libc::pid_t;
     // We reap through waitpid(-1) (PID 1 also collects orphans), never via `child`.
     let stdout = child.stdout.take().expect("piped");
@@ -193,6 +207,9 @@ fn spawn_and_watch(step: &Step, out: &mut Output, start: Instant) -> io::Result<
                 exited_at = Some(Instant::now());
                 // Leftovers of the step (its process group) do not outlive it.
                 sys::kill_group(pid);
+            } else {
+                // A service that ended while this step ran.
+                crate::service::reaped(p, st);
             }
         }
         let open = streams.iter().any(|s| s.pipe.is_some());
@@ -456,7 +473,9 @@ pub(crate) mod tests {
 
     #[test]
     fn program_lookup() {
-        assert_eq!(resolve_program("topology"), "/bin/topology");
+        assert_eq!(resolve_program("no-such-program-here"), "/bin/no-such-program-here");
+        // On the host too: the first directory that has it.
+        assert_eq!(resolve_program("sh"), "/bin/sh");
         assert_eq!(resolve_program("/usr/bin/x"), "/usr/bin/x");
         assert_eq!(resolve_program("./x"), "./x");
     }

@@ -1,0 +1,87 @@
+//! The nightly's HTML report in a real browser (Debian's headless Chromium): rendered from
+//! recorded benchmark samples with the lab's own plots, opened, checked for console errors and
+//! missing plots, and screenshotted into the run directory. Then a plot is removed, and the
+//! same check must fail naming it.
+
+use lab::measure::{plots, samples};
+use lab::report::browser;
+use lab::report::nightly::{html_report, Night, Page};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// A nightly run directory: the seed-000 run's four plots from recorded samples, and the
+/// report that inlines them.
+fn night_dir(out: &Path) -> std::path::PathBuf {
+    let run = out.join("reproduce/seed000");
+    std::fs::create_dir_all(&run).unwrap();
+    let mut s: samples::Samples = BTreeMap::new();
+    let m = |v: &[f64]| v.to_vec();
+    s.insert(
+        "throughput.iterations_per_sec".into(),
+        [(0, m(&[3379.0, 3390.0, 3402.0])), (1, m(&[3501.0, 3512.0, 3490.0]))].into(),
+    );
+    for (class, shares) in [("other", [0.0, 81.6, 18.4]), ("fifo", [0.0, 78.0, 22.0])] {
+        for (tier, pct) in ["same_core", "same_cluster", "cross_cluster"].iter().zip(shares) {
+            s.insert(format!("tiers.{class}.{tier}.pct"), [(0, m(&[pct, pct + 0.5, pct - 0.5]))].into());
+        }
+    }
+    let latency: BTreeMap<u32, Vec<f64>> = [(0, (1..200).map(|i| 0.02 + i as f64 * 1e-4).collect())].into();
+    plots::write_all(&run, &samples::summarise(&s), &latency).unwrap();
+    let night = Night { builds: &[], stages: &[], out, lab_commit: "fixture" };
+    let page = Page {
+        header: "quick nightly, rendered from recorded samples".into(),
+        failures: &[],
+        gate: None,
+        reproduce: Some(("## Seeds\n\nThe seed tables would be here.\n", out.to_path_buf(), Some(run.clone()))),
+        reproduce_error: None,
+        placement: None,
+    };
+    let html = out.join("report.html");
+    std::fs::write(&html, html_report(&night, &page)).unwrap();
+    html
+}
+
+#[test]
+fn nightly_report_renders_in_chromium_and_fails_without_a_plot() {
+    let dir = tempfile::tempdir().unwrap();
+    let html = night_dir(dir.path());
+    let seen = browser::open(&html).unwrap();
+    assert!(seen.problems.is_empty(), "{:#?}", seen.problems);
+    assert!(seen.svgs >= 4, "the four seed-000 plots, got {} svg elements", seen.svgs);
+    let png = std::fs::read(&seen.screenshot).unwrap();
+    assert!(png.starts_with(b"\x89PNG") && png.len() > 10_000, "screenshot {} bytes", png.len());
+    assert_eq!(seen.screenshot, dir.path().join("report.png"));
+
+    // A plot file gone: the report names it, and the browser check says so.
+    std::fs::remove_file(dir.path().join("reproduce/seed000/tiers-fifo.svg")).unwrap();
+    let html = {
+        let night = Night { builds: &[], stages: &[], out: dir.path(), lab_commit: "fixture" };
+        let page = Page {
+            header: String::new(),
+            failures: &[],
+            gate: None,
+            reproduce: Some(("", dir.path().to_path_buf(), Some(dir.path().join("reproduce/seed000")))),
+            reproduce_error: None,
+            placement: None,
+        };
+        std::fs::write(&html, html_report(&night, &page)).unwrap();
+        html
+    };
+    let seen = browser::open(&html).unwrap();
+    assert_eq!(seen.problems.len(), 1, "{:#?}", seen.problems);
+    assert!(
+        seen.problems[0].starts_with("missing plot: ") && seen.problems[0].contains("tiers-fifo.svg"),
+        "{:#?}",
+        seen.problems
+    );
+
+    // A script error on the page is a console message: also a failure.
+    let text = std::fs::read_to_string(&html).unwrap().replace("</body>", "<script>nosuch()</script></body>");
+    std::fs::write(&html, text).unwrap();
+    let seen = browser::open(&html).unwrap();
+    assert!(
+        seen.problems.iter().any(|p| p.starts_with("console: ") && p.contains("nosuch is not defined")),
+        "{:#?}",
+        seen.problems
+    );
+}

@@ -1,0 +1,105 @@
+//! The guest as a userland on the real kernel: services in plans (started, ready, used by
+//! later steps, stopped and reported), failures in plain words with the step's own output.
+
+use lab::harness::opts::{load_plan, RunOpts};
+use lab::harness::outcome::{Exit, Outcome};
+use lab::report::{self, summary::summary};
+use labproto::{Ready, Status, Step};
+
+fn case<'a>(o: &'a Outcome, step: &str, case: &str) -> (Status, &'a str) {
+    o.results()
+        .find(|r| r.0 == step && r.1 == case)
+        .map(|r| (r.2, r.3.unwrap_or("")))
+        .unwrap_or_else(|| panic!("no {step}/{case} in:\n{}", summary(o)))
+}
+
+fn sh(name: &str, script: &str) -> Step {
+    Step {
+        name: name.into(),
+        argv: vec!["/bin/sh".into(), "-c".into(), script.into()],
+        timeout_s: 20,
+        ..Default::default()
+    }
+}
+
+fn service(name: &str, script: &str, ready: Option<Ready>) -> Step {
+    Step { service: true, ready, ..sh(name, script) }
+}
+
+/// The shipped example: a service ready by path, one ready by a printed line, a client step
+/// that talks to the first; both stopped at the end, all passing.
+#[test]
+fn services_plan_passes() {
+    let plan = load_plan("services").unwrap();
+    let o = report::run_plan(&plan, &RunOpts::default()).unwrap();
+    assert!(o.ok(), "{}", summary(&o));
+    for s in ["file-server", "announcer"] {
+        assert_eq!(case(&o, s, "ready").0, Status::Pass);
+        let (st, msg) = case(&o, s, "stopped");
+        assert!(st == Status::Pass && msg.starts_with("stopped with SIGTERM after"), "{msg}");
+    }
+    assert!(case(&o, "file-server", "ready").1.contains("/tmp/srv/ready exists"));
+    assert_eq!(o.step_output["client"], ["got HELLO"]);
+}
+
+/// What goes wrong reads as words, with the step's own lines: a service that crashes while
+/// the plan runs, one that never registers its binder name (no context manager: the init's
+/// getService calls through the real driver fail), a client that exits 3.
+#[test]
+fn service_and_step_failures_in_plain_words() {
+    let plan = labproto::Plan {
+        name: "service-failures".into(),
+        steps: vec![
+            service("crasher", "echo crasher up; sleep 0.3; kill -SEGV $$", None),
+            Step { timeout_s: 2, ..service("nobody", "exec sleep 1000", Some(Ready::Binder("lab.none".into()))) },
+            sh("client", "echo cannot reach the server >&2; exit 3"),
+            sh("wait", "sleep 1"),
+        ],
+        ..Default::default()
+    };
+    let o = report::run_plan(&plan, &RunOpts::default()).unwrap();
+    // A service that never gets ready is a timeout, the worst of the three.
+    assert_eq!(o.exit(), Exit::Timeout, "{}", summary(&o));
+    let (st, msg) = case(&o, "crasher", "stopped");
+    assert!(st == Status::Fail && msg.ends_with("): killed by SIGSEGV"), "{msg}");
+    let (st, msg) = case(&o, "nobody", "ready");
+    assert!(st == Status::Fail && msg.contains("still not ready after 2 s (last service manager check:"), "{msg}");
+    let p = o.problems();
+    assert!(p.iter().any(|l| l.starts_with("step nobody: timed out after 2.")), "{p:#?}");
+    let client = p.iter().find(|l| l.starts_with("step client: ")).unwrap_or_else(|| panic!("{p:#?}"));
+    assert_eq!(client, "step client: exited with status 3\n  its last 1 output line(s):\n    cannot reach the server");
+    let crasher = p.iter().find(|l| l.starts_with("crasher/stopped failed")).unwrap();
+    assert!(crasher.ends_with("its last 1 output line(s):\n    crasher up"), "{crasher}");
+    // The JUnit report says the same.
+    let junit = std::fs::read_to_string(o.dir.join("junit.xml")).unwrap();
+    assert!(junit.contains("step client exited with status 3"), "{junit}");
+}
+
+/// `lab ARGS` through the built binary, as a user runs it.
+fn lab(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(lab_tests::lab_bin()).args(args).output().expect("run lab")
+}
+
+/// `--deb strace`: the package and its libraries (and the loader) in the initramfs, the tool
+/// on PATH, and binder's ioctls in its trace.
+#[test]
+fn deb_strace_traces_binder_smoke() {
+    let out = lab(&["run", "--deb", "strace", "--", "strace", "-f", "/bin/binder-smoke"]);
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(stdout.contains("openat(AT_FDCWD, \"/dev/binderfs/binder\""), "{stdout}");
+    assert!(stdout.contains("ioctl(3, BINDER_VERSION"), "{stdout}");
+    assert!(stdout.contains("+++ exited with 0 +++"), "{stdout}");
+}
+
+/// A package apt does not know is refused before booting, by name; so is a bad name.
+#[test]
+fn deb_unknown_package_is_named() {
+    let out = lab(&["run", "--deb", "strace,no-such-tool-x", "--", "true"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(Exit::HarnessError.code()), "{stderr}");
+    assert!(stderr.contains("--deb no-such-tool-x: no arm64 package \"no-such-tool-x\" in Debian trixie"), "{stderr}");
+    let out = lab(&["run", "--deb", "Bad_Name", "--", "true"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--deb \"Bad_Name\": not a Debian package name"), "{stderr}");
+}
