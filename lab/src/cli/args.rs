@@ -294,6 +294,7 @@ mod tests {
         ("flavor", &["debug"]),
         ("tcg", &["hicount"]),
         ("overlay", &["my overlay"]),
+        ("deb", &["strace,gdbserver", "trace-cmd"]),
         ("boot-timeout", &["90"]),
         ("pin", &[]),
         ("verbose", &[]),
@@ -313,6 +314,7 @@ mod tests {
         ("gdb", &[]),
         ("dump", &["core.elf"]),
         ("trace", &["binder:*,sched:sched_switch"]),
+        ("jobs", &["2"]),
     ];
 
     fn run_fields(argv: &[String]) -> String {

@@ -424,7 +424,7 @@ mod tests {
         }
         // The run options are written once, with their env and default.
         assert_eq!(r.matches("- `--board <BOARD>`").count(), 1, "{r}");
-        assert!(r.contains("## lab conformance\n") && r.contains("- `--runs <N>`"), "{r}");
+        assert!(r.contains("## lab conformance\n") && r.contains("- `--case <NAME>`"), "{r}");
         assert!(r.contains("env `LAB_BOARD`; default `sa8155p`; a name from `lab list boards`, or a path"), "{r}");
         assert!(r.contains("one of `multi`, `single`, `icount`, `hicount`"), "{r}");
         assert!(r.contains("| `cargo make run-qemu` | `lab run` |"), "{r}");

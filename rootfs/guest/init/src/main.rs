@@ -3,6 +3,7 @@
 //! Done and powers off. It never exits or hangs: every failure ends in a power-off.
 
 mod collect;
+mod reap;
 mod service;
 mod sink;
 mod step;

@@ -7,6 +7,7 @@
 //! step's, read by one thread per pipe so a chatty service never blocks on a full pipe while
 //! other steps run; result lines it prints are forwarded between steps.
 
+use crate::reap;
 use crate::sink::Sink;
 use crate::step;
 use crate::sys;
@@ -24,28 +25,8 @@ const KILL_WAIT: Duration = Duration::from_secs(5);
 /// Output lines of a service kept for its readiness and its failure report.
 const KEEP_LINES: usize = 40;
 
-/// Exit statuses that a step's reaping loop collected for service pids (PID 1 reaps with
-/// waitpid(-1), so a service that dies while a client step runs is reaped there).
-static REAPED: Mutex<Vec<(libc::pid_t, libc::c_int)>> = Mutex::new(Vec::new());
-/// The pids of running services.
-static PIDS: Mutex<Vec<libc::pid_t>> = Mutex::new(Vec::new());
-
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Keeps `status` if `pid` is a running service's; called for every pid a step's loop reaps
-/// that is not its own.
-pub fn reaped(pid: libc::pid_t, status: libc::c_int) {
-    if lock(&PIDS).contains(&pid) {
-        lock(&REAPED).push((pid, status));
-    }
-}
-
-fn take_reaped(pid: libc::pid_t) -> Option<libc::c_int> {
-    let mut r = lock(&REAPED);
-    let i = r.iter().position(|(p, _)| *p == pid)?;
-    Some(r.remove(i).1)
 }
 
 /// Output of a service, filled by its reader threads.
@@ -75,12 +56,12 @@ impl Service {
             return;
         }
         while let Some((p, st)) = sys::reap_one() {
-            reaped(p, st);
+            reap::reaped(p, st);
         }
-        if let Some(st) = take_reaped(self.pid) {
+        if let Some(st) = reap::take(self.pid) {
             self.status = Some(st);
             self.ended_at = Some(Instant::now());
-            lock(&PIDS).retain(|p| *p != self.pid);
+            reap::untrack(self.pid);
             // What it left running in its group goes with it, as with a step.
             sys::kill_group(self.pid);
         }
@@ -159,7 +140,7 @@ impl Services {
                     sys::kill_group(svc.pid);
                     svc.wait_exit(KILL_WAIT);
                 }
-                lock(&PIDS).retain(|p| *p != svc.pid);
+                reap::untrack(svc.pid);
                 svc.forward(sink);
                 let msg = format!("not ready ({what}): {why}");
                 sys::log(&format!("service {name}: {msg}"));
@@ -214,7 +195,7 @@ impl Services {
                     }
                 }
             };
-            lock(&PIDS).retain(|p| *p != svc.pid);
+            reap::untrack(svc.pid);
             // Give the reader threads a moment for the last lines and results.
             std::thread::sleep(Duration::from_millis(50));
             svc.forward(sink);
@@ -251,7 +232,7 @@ fn spawn(s: &Step, name: &str) -> std::io::Result<Service> {
     let mut child = step::command(s, name)?.spawn()?;
     let pid = child.id() as libc::pid_t;
     // Registered before anything can reap it.
-    lock(&PIDS).push(pid);
+    reap::track(pid);
     let shared: Arc<Mutex<Shared>> = Arc::default();
     let needle = match &s.ready {
         Some(Ready::Line(l)) => Some(l.clone()),
@@ -469,7 +450,7 @@ mod tests {
         );
         let stops: Vec<_> = c.iter().filter(|x| x.1 == "stopped").map(|x| x.0.as_str()).collect();
         assert_eq!(stops, ["crasher", "talker", "server"]);
-        assert!(lock(&PIDS).is_empty());
+        assert!(reap::none_tracked());
         std::fs::remove_dir_all(&d).ok();
     }
 }

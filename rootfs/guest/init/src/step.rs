@@ -209,7 +209,7 @@ fn spawn_and_watch(step: &Step, out: &mut Output, start: Instant) -> io::Result<
                 sys::kill_group(pid);
             } else {
                 // A service that ended while this step ran.
-                crate::service::reaped(p, st);
+                crate::reap::reaped(p, st);
             }
         }
         let open = streams.iter().any(|s| s.pipe.is_some());
