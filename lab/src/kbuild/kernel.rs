@@ -12,6 +12,7 @@ use crate::kbuild::setup;
 use crate::kbuild::tree::{self, Series};
 
 use crate::provision::toolchain::Toolchain;
+use crate::support::artifact::{self, Depth, Kind, Reuse, State};
 use crate::support::fs::{publish_dir, sha256_hex, write_atomic};
 use crate::support::paths;
 use crate::support::process::run_logged;
@@ -26,7 +27,7 @@ const RECIPE: &str = "lab-kernel-v3";
 /// Files published per build.
 const ARTIFACTS: [&str; 4] = ["Image", "vmlinux", ".config", "System.map"];
 /// Published builds kept per flavor.
-const KEEP: usize = 4;
+pub const KEEP: usize = 4;
 
 /// Kernel flavors: `kernel-config/<flavor>.config` on base.config, and the composed ones of
 /// `kernel-config/flavors.toml` (see [`crate::kbuild::flavor`]).
@@ -152,7 +153,7 @@ pub fn cache_key(lock: &Lock, merged: &Fragment, tree_state: &str, toolchain: &s
 }
 
 fn artifacts_dir(cache: &Path, flavor: &str, key: &str) -> PathBuf {
-    cache.join("kernel/artifacts").join(format!("{flavor}-{key}"))
+    Kind::Kernel.root(cache).join(format!("{flavor}-{key}"))
 }
 
 /// Builds (or finds) the kernel for `flavor`.
@@ -176,10 +177,15 @@ pub fn build_with(name: &str, extras: &Extras) -> Result<Built> {
     let fingerprint = tc.fingerprint()?;
     // A published build of the tree as it is needs no tree lock: another flavor may hold it
     // for minutes while it builds.
+    // The artifact found and refused here, if any (said once, not again under the lock).
+    let mut refused = None;
     if let Some(built) = published(&cache, flavor, &lock, &merged, &series, &fingerprint)? {
-        crate::support::progress::note(format!("kernel {flavor} is up to date: {}", built.dir.display()));
-        crate::support::process::mark_used(&built.dir);
-        return Ok(built);
+        if artifact::reuse(Kind::Kernel, &built.dir)? == Reuse::Use {
+            crate::support::progress::note(format!("kernel {flavor} is up to date: {}", built.dir.display()));
+            crate::support::process::mark_used(&built.dir);
+            return Ok(built);
+        }
+        refused = Some(built.dir);
     }
     let (src, _tree_lock) = prepared_tree(&cache, &lock, &series, &format!("building kernel {flavor}"))?;
 
@@ -187,7 +193,15 @@ pub fn build_with(name: &str, extras: &Extras) -> Result<Built> {
     let key = cache_key(&lock, &merged, &state, &fingerprint);
     let out = artifacts_dir(&cache, flavor, &key);
     let built = Built { flavor: flavor.into(), key: key.clone(), dir: out.clone() };
-    if out.join("Image").is_file() {
+    // Under the tree lock no one publishes this key meanwhile; another process may have
+    // rebuilt a refused artifact while this one waited.
+    let usable = out.exists()
+        && if refused.as_ref() == Some(&out) {
+            artifact::check(&out, Depth::Quick) == State::Good
+        } else {
+            artifact::reuse(Kind::Kernel, &out)? == Reuse::Use
+        };
+    if usable {
         crate::support::progress::note(format!("kernel {flavor} is up to date: {}", out.display()));
         crate::support::process::mark_used(&out);
         return Ok(built);
@@ -368,8 +382,9 @@ fn make_with_progress(tc: &Toolchain, src: &Path, obj: &Path, flavor: &str, targ
     res
 }
 
-/// Copies the outputs into a temporary directory and renames it into place. A variant's
-/// extras are kept beside them as `lab-extras.config`, the gdb helpers in `gdb/`.
+/// Copies the outputs into a temporary directory, records their sizes and hashes there
+/// (support::artifact) and renames it into place. A variant's extras are kept beside them as
+/// `lab-extras.config`, the gdb helpers in `gdb/`.
 fn publish(obj: &Path, out: &Path, tc: &Toolchain, src: &Path, extras: Option<&str>) -> Result<()> {
     publish_dir(out, |tmp| {
         for f in ARTIFACTS {
@@ -384,6 +399,7 @@ fn publish(obj: &Path, out: &Path, tc: &Toolchain, src: &Path, extras: Option<&s
         if obj.join("vmlinux-gdb.py").exists() {
             copy_gdb_scripts(obj, &tmp.join(GDB_DIR))?;
         }
+        artifact::seal(tmp)?;
         for f in std::fs::read_dir(tmp)?.flatten() {
             if f.path().is_file() {
                 std::fs::File::open(f.path())?.sync_all()?;
@@ -419,7 +435,7 @@ fn copy_gdb_scripts(obj: &Path, to: &Path) -> Result<()> {
 
 /// Keeps the most recently used few published builds of a flavor.
 fn prune(cache: &Path, flavor: &str, keep_key: &str) {
-    crate::support::process::prune_builds(&cache.join("kernel/artifacts"), &format!("{flavor}-"), keep_key, KEEP);
+    crate::support::process::prune_builds(&Kind::Kernel.root(cache), &format!("{flavor}-"), keep_key, KEEP);
 }
 
 #[cfg(test)]
