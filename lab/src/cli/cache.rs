@@ -46,8 +46,11 @@ fn verify(cache: &Path, repair: bool) -> Result<Exit> {
     for kind in Kind::ALL {
         for dir in artifact::list(cache, kind) {
             let size = artifact::size_of(&dir);
-            bytes += size;
-            match artifact::check(&dir, Depth::Full) {
+            let state = artifact::check(&dir, Depth::Full);
+            if state != State::Unsealed {
+                bytes += size;
+            }
+            match state {
                 State::Good => {
                     good += 1;
                     println!("ok        {:<18} {} ({})", kind.name(), dir.display(), mib(size));
