@@ -1,7 +1,7 @@
 //! Verified artifacts: each kind the cache publishes (kernel, lab QEMU, busybox, DTB,
 //! binderfs selftest), damaged by truncation and by one flipped byte, is listed by
-//! `lab cache verify`, refused by a run (an error naming the fix in CI or with --offline) and
-//! rebuilt before the boot, which then passes.
+//! `lab cache verify`, refused (an error naming the fix in CI or with --offline) and rebuilt;
+//! a run rebuilds what it boots before the boot, which then passes.
 //!
 //! It works on a scratch cache (BINDER_LAB_CACHE) whose artifacts are its own and whose
 //! inputs and build directories are links into the main cache: the kernel tree and O=
@@ -27,8 +27,16 @@ const SHARED: &[&str] = &[
     "qemu/downloads",
 ];
 
-fn scratch() -> tempfile::TempDir {
+/// A scratch cache sharing [`SHARED`] with the main one, which must hold `built` (relative):
+/// the kept build directory a rebuild reuses (`cargo make test` builds them before the e2e
+/// tests). Without it the scratch would build from nothing.
+fn scratch(built: &str) -> tempfile::TempDir {
     let main = lab::support::paths::cache();
+    assert!(
+        main.join(built).exists(),
+        "{} is missing: build it first (`cargo make kernel` / `cargo make qemu`)",
+        main.join(built).display()
+    );
     let root = lab::support::paths::repo().join("target/lab");
     std::fs::create_dir_all(&root).unwrap();
     let d = tempfile::Builder::new().prefix("cache-e2e-").tempdir_in(root).unwrap();
@@ -56,9 +64,10 @@ fn text(o: &Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
 }
 
-const RUN: &[&str] = &["run", "--qemu", "lab", "--plan", "binderfs"];
+/// A run that uses four kinds: the kernel, busybox, QEMU's DTB and the binderfs selftest.
+const RUN: &[&str] = &["run", "--plan", "binderfs"];
 
-/// The one artifact of `kind` under `root` (relative to the cache).
+/// The one artifact under `root` (relative to the cache).
 fn only(cache: &Path, root: &str) -> PathBuf {
     let dirs: Vec<PathBuf> = std::fs::read_dir(cache.join(root))
         .unwrap()
@@ -70,13 +79,12 @@ fn only(cache: &Path, root: &str) -> PathBuf {
     dirs.into_iter().next().unwrap()
 }
 
-/// The file of each kind that a boot uses: (kind as `lab` names it, path).
+/// The file of each kind a boot uses: (kind as `lab` names it, path).
 fn booted_files(cache: &Path) -> Vec<(&'static str, PathBuf)> {
     let busybox = only(cache, "busybox");
     let bb = ["bin/busybox", "usr/bin/busybox"].iter().map(|r| busybox.join(r)).find(|p| p.is_file()).unwrap();
     vec![
         ("kernel", only(cache, "kernel/artifacts").join("Image")),
-        ("lab QEMU", only(cache, "qemu/artifacts").join("qemu-system-aarch64")),
         ("busybox", bb),
         ("DTB", only(cache, "dtb").join("virt.dtb")),
         ("binderfs selftest", only(cache, "selftests").join("binderfs_test")),
@@ -99,65 +107,96 @@ fn flip(p: &Path) {
     f.write_all(&[b[0] ^ 0x01]).unwrap();
 }
 
-fn booted_ok(o: &Output) {
-    let t = text(o);
-    assert_eq!(o.status.code(), Some(0), "{t}");
-    assert!(t.contains("binderfs_test exit") || t.contains("binderfs"), "{t}");
+/// A damage: its name, what does it, and whether its round asks for strictness by `CI=true`
+/// (else by `--offline`).
+type Damage = (&'static str, fn(&Path), bool);
+const DAMAGES: [Damage; 2] = [("truncated", truncate, false), ("one byte flipped", flip, true)];
+
+/// `lab cache verify` exits 1 and names each file with what differs.
+fn verify_lists(cache: &Path, how: &str, files: &[(&str, PathBuf)]) {
+    let v = lab(cache, &["cache", "verify"], false);
+    let vt = text(&v);
+    assert_eq!(v.status.code(), Some(1), "{how}: {vt}");
+    assert!(vt.contains(&format!("0 ok, {} damaged", files.len())), "{how}: {vt}");
+    for (kind, f) in files {
+        let line = vt
+            .lines()
+            .find(|l| l.trim_start().starts_with(&*f.display().to_string()))
+            .unwrap_or_else(|| panic!("{how}: verify does not name {kind}'s {}:\n{vt}", f.display()));
+        let want = if how == "truncated" { ": size " } else { ": sha256 mismatch" };
+        assert!(line.contains(want), "{how}: {line}");
+    }
+}
+
+/// In CI or with --offline nothing is rebuilt and nothing boots: the error names the fix.
+fn strict_refuses(cache: &Path, how: &str, args: &[&str], ci: bool) {
+    let args: Vec<&str> = if ci { args.to_vec() } else { [&["--offline"][..], args].concat() };
+    let o = lab(cache, &args, ci);
+    let ot = text(&o);
+    assert_eq!(o.status.code(), Some(203), "{how}: {ot}");
+    assert!(ot.contains("is damaged") && ot.contains("cargo make cache verify --repair"), "{how}: {ot}");
+    assert!(!ot.contains("binderfs_test exit"), "{how}: booted: {ot}");
+}
+
+/// Each file's artifact was refused, naming the file, and `lab cache verify` is clean again.
+fn refused_and_rebuilt(cache: &Path, how: &str, out: &Output, files: &[(&str, PathBuf)]) {
+    let ot = text(out);
+    for (kind, f) in files {
+        assert!(ot.contains(&format!("refusing the damaged {kind} ")), "{how}: {kind} not refused:\n{ot}");
+        assert!(ot.contains(&*f.display().to_string()), "{how}: {} not named:\n{ot}", f.display());
+    }
+    let v = lab(cache, &["cache", "verify"], false);
+    assert_eq!(v.status.code(), Some(0), "{how}: after the rebuild: {}", text(&v));
+    assert!(text(&v).contains(&format!("{} ok, 0 damaged", files.len())), "{how}: {}", text(&v));
 }
 
 #[test]
-fn damaged_artifacts_are_listed_refused_and_rebuilt() {
-    let s = scratch();
+fn damaged_boot_artifacts_are_listed_refused_and_rebuilt() {
+    let s = scratch("kernel/build/perf/vmlinux");
     let cache = s.path();
     // Every kind published into the scratch (the kernel relinked from the kept O= directory).
     let t = Instant::now();
-    booted_ok(&lab(cache, RUN, false));
+    let o = lab(cache, RUN, false);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     eprintln!("first run on the scratch cache: {:.0?}", t.elapsed());
     let v = lab(cache, &["cache", "verify"], false);
-    assert_eq!(v.status.code(), Some(0), "{}", text(&v));
-    assert!(text(&v).contains("5 artifacts in") && text(&v).contains("5 ok, 0 damaged"), "{}", text(&v));
+    assert!(text(&v).contains("4 artifacts in") && text(&v).contains("4 ok, 0 damaged"), "{}", text(&v));
 
-    for (how, damage, strict) in
-        [("truncated", truncate as fn(&Path), &["--offline"][..]), ("one byte flipped", flip, &[][..])]
-    {
+    for (how, damage, ci) in DAMAGES {
         let files = booted_files(cache);
         for (_, f) in &files {
             damage(f);
         }
-        if how == "one byte flipped" {
-            flip(&files[0].1.with_file_name("vmlinux"));
-        }
-        // `lab cache verify` lists each one with what differs.
-        let v = lab(cache, &["cache", "verify"], false);
-        let vt = text(&v);
-        assert_eq!(v.status.code(), Some(1), "{how}: {vt}");
-        assert!(vt.contains("0 ok, 5 damaged"), "{how}: {vt}");
-        for (kind, f) in &files {
-            let line = vt
-                .lines()
-                .find(|l| l.trim_start().starts_with(&*f.display().to_string()))
-                .unwrap_or_else(|| panic!("{how}: verify does not name {kind}'s {}:\n{vt}", f.display()));
-            let want = if how == "truncated" { "size " } else { "sha256 mismatch" };
-            assert!(line.contains(want), "{how}: {line}");
-        }
-        // In CI (or with --offline) nothing is rebuilt and nothing boots: the error names the fix.
-        let args: Vec<&str> = strict.iter().copied().chain(RUN.iter().copied()).collect();
-        let o = lab(cache, &args, strict.is_empty());
-        let ot = text(&o);
-        assert_eq!(o.status.code(), Some(203), "{how}: {ot}");
-        assert!(ot.contains("is damaged") && ot.contains("cargo make cache verify --repair"), "{how}: {ot}");
-        assert!(!ot.contains("booting") && !ot.contains("binderfs_test exit"), "{how}: booted: {ot}");
-        // Otherwise each one is refused, naming its file, rebuilt, and the boot passes.
+        verify_lists(cache, how, &files);
+        strict_refuses(cache, how, RUN, ci);
         let t = Instant::now();
         let o = lab(cache, RUN, false);
-        eprintln!("{how}: run with five rebuilds: {:.0?}", t.elapsed());
-        booted_ok(&o);
-        let ot = text(&o);
-        for (kind, f) in &files {
-            assert!(ot.contains(&format!("refusing the damaged {kind} ")), "{how}: {kind} not refused:\n{ot}");
-            assert!(ot.contains(&*f.display().to_string()), "{how}: {} not named:\n{ot}", f.display());
-        }
-        let v = lab(cache, &["cache", "verify"], false);
-        assert!(text(&v).contains("5 ok, 0 damaged"), "{how}: after the rebuild: {}", text(&v));
+        eprintln!("{how}: a run that rebuilds all four: {:.0?}", t.elapsed());
+        assert_eq!(o.status.code(), Some(0), "{how}: {}", text(&o));
+        refused_and_rebuilt(cache, how, &o, &files);
+    }
+}
+
+#[test]
+fn damaged_lab_qemu_is_listed_refused_and_rebuilt() {
+    let s = scratch("qemu/build/qemu-system-aarch64");
+    let cache = s.path();
+    let o = lab(cache, &["qemu"], false);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let binary = only(cache, "qemu/artifacts").join("qemu-system-aarch64");
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), binary.display().to_string());
+    for (how, damage, ci) in DAMAGES {
+        damage(&binary);
+        let files = [("lab QEMU", binary.clone())];
+        verify_lists(cache, how, &files);
+        strict_refuses(cache, how, &["qemu"], ci);
+        let t = Instant::now();
+        let o = lab(cache, &["qemu"], false);
+        eprintln!("{how}: lab qemu rebuilding the QEMU: {:.0?}", t.elapsed());
+        assert_eq!(o.status.code(), Some(0), "{how}: {}", text(&o));
+        refused_and_rebuilt(cache, how, &o, &files);
+        // And it runs.
+        let v = std::process::Command::new(&binary).arg("--version").output().unwrap();
+        assert!(v.status.success() && String::from_utf8_lossy(&v.stdout).contains("QEMU emulator"), "{how}");
     }
 }
