@@ -176,8 +176,8 @@ pub fn build_with(name: &str, extras: &Extras) -> Result<Built> {
     let tc = setup::toolchain(&cache)?;
     let fingerprint = tc.fingerprint()?;
     // A published build of the tree as it is needs no tree lock: another flavor may hold it
-    // for minutes while it builds.
-    // The artifact found and refused here, if any (said once, not again under the lock).
+    // for minutes while it builds. One found damaged is remembered, so that the check under
+    // the lock does not report it a second time.
     let mut refused = None;
     if let Some(built) = published(&cache, flavor, &lock, &merged, &series, &fingerprint)? {
         if artifact::reuse(Kind::Kernel, &built.dir)? == Reuse::Use {
