@@ -185,6 +185,16 @@ pub fn build_with(name: &str, extras: &Extras) -> Result<Built> {
             crate::support::process::mark_used(&built.dir);
             return Ok(built);
         }
+        let obj = cache.join("kernel/build").join(flavor);
+        if restore_from_obj(&obj, &built.dir)? {
+            crate::support::progress::note(format!(
+                "kernel {flavor} restored from the build directory {}: {}",
+                obj.display(),
+                built.dir.display()
+            ));
+            crate::support::process::mark_used(&built.dir);
+            return Ok(built);
+        }
         refused = Some(built.dir);
     }
     let (src, _tree_lock) = prepared_tree(&cache, &lock, &series, &format!("building kernel {flavor}"))?;
@@ -409,6 +419,65 @@ fn publish(obj: &Path, out: &Path, tc: &Toolchain, src: &Path, extras: Option<&s
     })
 }
 
+/// Where a published file comes from in the O= directory (see [`publish`]); None for the
+/// ones a build does not leave there (`lab-extras.config`).
+fn source_in_obj(rel: &str) -> Option<PathBuf> {
+    match rel {
+        "Image" => Some("arch/arm64/boot/Image".into()),
+        "vmlinux" | ".config" | "System.map" => Some(rel.into()),
+        "kernel.release" => Some("include/config/kernel.release".into()),
+        _ => rel.strip_prefix(&format!("{GDB_DIR}/")).map(PathBuf::from),
+    }
+}
+
+/// Repairs the damaged published build `out` without make or the tree lock: each file that
+/// no longer matches its manifest entry is copied back from the flavor's kept O= directory
+/// `obj` if the copy there hashes to the recorded value (so it is this build's own output),
+/// and the intact files are kept. The result is checked against the manifest and published
+/// by rename. Holds only `obj`'s lock, and only if it is free (a build there may be changing
+/// the outputs). False, with nothing changed, when there is no readable manifest or a damaged
+/// file has no matching copy: then the caller rebuilds with make.
+fn restore_from_obj(obj: &Path, out: &Path) -> Result<bool> {
+    let Some(m) = artifact::manifest(out) else { return Ok(false) };
+    let Ok(lockf) = std::fs::File::open(obj.join(".lab-lock")) else { return Ok(false) };
+    if lockf.try_lock().is_err() {
+        return Ok(false);
+    }
+    // Where each file comes from: the artifact itself if intact, else the O= directory.
+    let mut plan = vec![];
+    for (rel, want) in &m.files {
+        let here = out.join(rel);
+        let from = if artifact::matches(&here, want) {
+            here
+        } else {
+            match source_in_obj(rel).map(|r| obj.join(r)).filter(|p| artifact::matches(p, want)) {
+                Some(p) => p,
+                None => return Ok(false),
+            }
+        };
+        plan.push((rel.clone(), from));
+    }
+    let restored = publish_dir(out, |tmp| {
+        for (rel, from) in &plan {
+            let to = tmp.join(rel);
+            std::fs::create_dir_all(to.parent().unwrap_or(tmp))?;
+            std::fs::copy(from, &to).with_context(|| format!("copying {}", from.display()))?;
+        }
+        for (rel, target) in &m.links {
+            std::os::unix::fs::symlink(target, tmp.join(rel))?;
+        }
+        let got = artifact::seal(tmp)?;
+        let same = got.files.len() == m.files.len()
+            && got
+                .files
+                .iter()
+                .all(|(k, e)| m.files.get(k).is_some_and(|w| (w.size, &w.sha256) == (e.size, &e.sha256)));
+        anyhow::ensure!(same, "the restored files do not match the manifest");
+        Ok(())
+    });
+    Ok(restored.is_ok())
+}
+
 /// Where a published build keeps the kernel's gdb helpers ([`Built::gdb_script`]).
 pub const GDB_DIR: &str = "gdb";
 
@@ -535,6 +604,50 @@ mod tests {
         assert!(!to.join("scripts/gdb/linux/.constants.py.cmd").exists());
         let b = Built { flavor: "perf+x".into(), key: "k".into(), dir: d.path().join("artifact") };
         assert_eq!(b.gdb_script(), Some(to.join("vmlinux-gdb.py")));
+    }
+
+    #[test]
+    fn a_damaged_build_is_restored_from_its_o_directory() {
+        let d = tempfile::tempdir().unwrap();
+        let (obj, out) = (d.path().join("obj"), d.path().join("artifacts/perf-0123"));
+        std::fs::create_dir_all(obj.join("arch/arm64/boot")).unwrap();
+        std::fs::create_dir_all(obj.join("include/config")).unwrap();
+        std::fs::create_dir_all(&out).unwrap();
+        for (rel, at, body) in [
+            ("Image", "arch/arm64/boot/Image", "image bytes"),
+            ("vmlinux", "vmlinux", "elf bytes"),
+            ("kernel.release", "include/config/kernel.release", "7.2.12-binderlab\n"),
+        ] {
+            std::fs::write(obj.join(at), body).unwrap();
+            std::fs::write(out.join(rel), body).unwrap();
+        }
+        std::fs::write(out.join("lab-extras.config"), "CONFIG_X=y\n").unwrap();
+        std::fs::write(obj.join(".lab-lock"), "").unwrap();
+        artifact::seal(&out).unwrap();
+        let damaged = |rel: &str| {
+            std::fs::write(out.join(rel), "garbage!").unwrap();
+            assert!(matches!(artifact::check(&out, Depth::Full), State::Damaged(_)));
+        };
+        damaged("Image");
+        damaged("vmlinux");
+        assert!(restore_from_obj(&obj, &out).unwrap());
+        assert_eq!(artifact::check(&out, Depth::Full), State::Good);
+        assert_eq!(std::fs::read_to_string(out.join("Image")).unwrap(), "image bytes");
+        // Busy O= directory (a build there holds its lock): not now.
+        damaged("Image");
+        let held = std::fs::File::open(obj.join(".lab-lock")).unwrap();
+        held.lock().unwrap();
+        assert!(!restore_from_obj(&obj, &out).unwrap());
+        drop(held);
+        // The O= copy is of another build: make has to do it.
+        std::fs::write(obj.join("arch/arm64/boot/Image"), "other build").unwrap();
+        assert!(!restore_from_obj(&obj, &out).unwrap());
+        // A file the build does not leave in O=.
+        std::fs::write(obj.join("arch/arm64/boot/Image"), "image bytes").unwrap();
+        assert!(restore_from_obj(&obj, &out).unwrap());
+        damaged("lab-extras.config");
+        assert!(!restore_from_obj(&obj, &out).unwrap());
+        assert!(matches!(artifact::check(&out, Depth::Full), State::Damaged(_)), "left as it was");
     }
 
     #[test]

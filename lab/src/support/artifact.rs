@@ -129,6 +129,17 @@ pub fn seal(dir: &Path) -> Result<Manifest> {
     Ok(m)
 }
 
+/// The manifest of the artifact `dir`, if it has a readable one.
+pub fn manifest(dir: &Path) -> Option<Manifest> {
+    serde_json::from_str(&std::fs::read_to_string(dir.join(MANIFEST)).ok()?).ok()
+}
+
+/// Whether `path` is the file `want` records (size, then SHA-256).
+pub fn matches(path: &Path, want: &Entry) -> bool {
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.len() == want.size)
+        && sha256_file(path).is_ok_and(|s| s == want.sha256)
+}
+
 /// How a file differs from its record.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Problem {
