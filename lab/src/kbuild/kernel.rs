@@ -186,9 +186,13 @@ pub fn build_with(name: &str, extras: &Extras) -> Result<Built> {
             return Ok(built);
         }
         let obj = cache.join("kernel/build").join(flavor);
-        if restore_from_obj(&obj, &built.dir)? {
+        let how = match artifact::manifest(&built.dir) {
+            Some(_) => restore_from_obj(&obj, &built.dir)?.then_some("restored from"),
+            None => record_if_obj_agrees(&obj, &built.dir)?.then_some("recorded: its files equal the outputs in"),
+        };
+        if let Some(how) = how {
             crate::support::progress::note(format!(
-                "kernel {flavor} restored from the build directory {}: {}",
+                "kernel {flavor} {how} the build directory {}: {}",
                 obj.display(),
                 built.dir.display()
             ));
@@ -478,6 +482,23 @@ fn restore_from_obj(obj: &Path, out: &Path) -> Result<bool> {
     Ok(restored.is_ok())
 }
 
+/// A build published before manifests (`out`, none there) gets one when every file equals
+/// its counterpart among the flavor's kept O= outputs: two copies that agree byte for byte
+/// are taken as good, without make or the tree lock. Holds `obj`'s lock, only if free. False
+/// (nothing written) when a file differs or has no counterpart: then make rebuilds it.
+fn record_if_obj_agrees(obj: &Path, out: &Path) -> Result<bool> {
+    let Ok(lockf) = std::fs::File::open(obj.join(".lab-lock")) else { return Ok(false) };
+    if lockf.try_lock().is_err() {
+        return Ok(false);
+    }
+    let m = artifact::record(out)?;
+    let agree = m.files.iter().all(|(rel, e)| source_in_obj(rel).is_some_and(|r| artifact::matches(&obj.join(r), e)));
+    if agree && artifact::manifest(out).is_none() {
+        artifact::write_manifest(out, &m)?;
+    }
+    Ok(agree)
+}
+
 /// Where a published build keeps the kernel's gdb helpers ([`Built::gdb_script`]).
 pub const GDB_DIR: &str = "gdb";
 
@@ -648,6 +669,28 @@ mod tests {
         damaged("lab-extras.config");
         assert!(!restore_from_obj(&obj, &out).unwrap());
         assert!(matches!(artifact::check(&out, Depth::Full), State::Damaged(_)), "left as it was");
+    }
+
+    #[test]
+    fn a_build_from_before_manifests_is_recorded_if_its_o_directory_agrees() {
+        let d = tempfile::tempdir().unwrap();
+        let (obj, out) = (d.path().join("obj"), d.path().join("artifacts/perf-0123"));
+        std::fs::create_dir_all(obj.join("arch/arm64/boot")).unwrap();
+        std::fs::create_dir_all(&out).unwrap();
+        std::fs::write(obj.join(".lab-lock"), "").unwrap();
+        std::fs::write(obj.join("arch/arm64/boot/Image"), "image bytes").unwrap();
+        std::fs::write(obj.join("vmlinux"), "elf bytes").unwrap();
+        std::fs::write(out.join("Image"), "image bytes").unwrap();
+        std::fs::write(out.join("vmlinux"), "elf bytez").unwrap();
+        assert!(!record_if_obj_agrees(&obj, &out).unwrap(), "vmlinux differs");
+        assert_eq!(artifact::check(&out, Depth::Full), State::Unsealed);
+        std::fs::write(out.join("vmlinux"), "elf bytes").unwrap();
+        assert!(record_if_obj_agrees(&obj, &out).unwrap());
+        assert_eq!(artifact::check(&out, Depth::Full), State::Good);
+        // A file the O= directory does not have (a variant's extras): make decides.
+        std::fs::remove_file(out.join(artifact::MANIFEST)).unwrap();
+        std::fs::write(out.join("lab-extras.config"), "CONFIG_X=y\n").unwrap();
+        assert!(!record_if_obj_agrees(&obj, &out).unwrap());
     }
 
     #[test]

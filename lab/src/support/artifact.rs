@@ -114,6 +114,18 @@ fn walk(dir: &Path) -> Result<(Vec<String>, Vec<String>)> {
 /// Records every file of the artifact being published in `dir` (its staging directory) into
 /// `dir/lab-manifest.json`. Call it last, when the files are complete.
 pub fn seal(dir: &Path) -> Result<Manifest> {
+    let m = record(dir)?;
+    write_manifest(dir, &m)?;
+    Ok(m)
+}
+
+/// Writes `m` as the manifest of `dir` (atomically: readers see the old one or this one).
+pub fn write_manifest(dir: &Path, m: &Manifest) -> Result<()> {
+    write_atomic(&dir.join(MANIFEST), serde_json::to_string_pretty(m)?.as_bytes())
+}
+
+/// What [`seal`] would record for `dir`, without writing it.
+pub fn record(dir: &Path) -> Result<Manifest> {
     let (files, links) = walk(dir)?;
     let mut m = Manifest::default();
     for f in files {
@@ -125,7 +137,6 @@ pub fn seal(dir: &Path) -> Result<Manifest> {
         let target = std::fs::read_link(dir.join(&l))?;
         m.links.insert(l, target.to_string_lossy().into_owned());
     }
-    write_atomic(&dir.join(MANIFEST), serde_json::to_string_pretty(&m)?.as_bytes())?;
     Ok(m)
 }
 
@@ -333,7 +344,7 @@ pub fn reuse(kind: Kind, dir: &Path) -> Result<Reuse> {
         State::Unsealed => {
             crate::support::progress::note(format!(
                 "{} {} was published without a manifest (before the cache verified artifacts): \
-                 rebuilding it to record one",
+                 checking it against a rebuild to record one",
                 kind.name(),
                 dir.display()
             ));
