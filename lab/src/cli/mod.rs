@@ -28,8 +28,8 @@ use clap::{Parser, Subcommand};
 #[command(name = "lab", version, about = "Build, boot and measure the Rust binder driver on an emulated SA8155P")]
 pub struct Cli {
     /// Use the cache as it is: a damaged artifact is an error naming the fix, not a rebuild
-    /// (as in CI, `CI=true`).
-    #[arg(long, global = true, env = "LAB_OFFLINE")]
+    /// (as in CI, `CI=true`). Before the command (`lab --offline run`), or `LAB_OFFLINE=1`.
+    #[arg(long, env = "LAB_OFFLINE")]
     offline: bool,
     #[command(subcommand)]
     cmd: Cmd,
