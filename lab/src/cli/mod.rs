@@ -3,6 +3,7 @@
 
 pub mod args;
 pub mod bench;
+pub mod cache;
 pub mod catalog;
 pub mod compare;
 pub mod docs;
@@ -26,6 +27,10 @@ use clap::{Parser, Subcommand};
 #[derive(Parser)]
 #[command(name = "lab", version, about = "Build, boot and measure the Rust binder driver on an emulated SA8155P")]
 pub struct Cli {
+    /// Use the cache as it is: a damaged artifact is an error naming the fix, not a rebuild
+    /// (as in CI, `CI=true`). Before the command (`lab --offline run`), or `LAB_OFFLINE=1`.
+    #[arg(long, env = "LAB_OFFLINE")]
+    offline: bool,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -198,6 +203,12 @@ pub enum Cmd {
         #[command(flatten)]
         run: RunArgs,
     },
+    /// The cache's published artifacts: `verify` checks them against their manifests,
+    /// `gc` shows (and with --apply does) what pruning by last use would free.
+    Cache {
+        #[command(subcommand)]
+        cmd: cache::CacheCmd,
+    },
     /// List boards, plans, kernel flavors or conformance cases.
     List {
         #[arg(value_enum)]
@@ -251,6 +262,7 @@ pub fn main() {
         cmd = cmd.long_version(long_version());
     }
     let cli = Cli::from_arg_matches(&cmd.get_matches()).unwrap_or_else(|e| e.exit());
+    crate::support::artifact::set_offline(cli.offline);
     let exit = execute(cli.cmd).unwrap_or_else(|e| {
         eprintln!("error: {e:#}");
         if e.downcast_ref::<crate::harness::run::Interrupted>().is_some() {
@@ -293,6 +305,7 @@ pub fn execute(cmd: Cmd) -> Result<Exit> {
             print!("{}", run::case_list());
             Ok(Exit::Ok)
         }
+        Cmd::Cache { cmd } => cache::run(cmd),
         Cmd::List { what } => {
             print!("{}", catalog::render(what));
             Ok(Exit::Ok)

@@ -2,7 +2,8 @@
 //! and cached; `board` then replaces its /cpus.
 
 use crate::harness::qemu::version_of;
-use crate::support::fs::{publish_file, sha256_hex};
+use crate::support::artifact::{self, Kind, Reuse};
+use crate::support::fs::{publish_dir, sha256_hex};
 use anyhow::{anyhow, bail, Context, Result};
 use board::Board;
 use std::path::{Path, PathBuf};
@@ -12,15 +13,24 @@ use std::time::{Duration, Instant};
 /// How long QEMU may take to dump a DTB (it exits right after building the machine).
 const DUMP_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Path to `qemu-system-aarch64`'s DTB dump, cached per machine/cpu/smp/memory and QEMU version.
+/// The DTB's name inside its artifact directory.
+const DTB: &str = "virt.dtb";
+
+/// Path to `qemu-system-aarch64`'s DTB dump, cached per machine/cpu/smp/memory and QEMU
+/// version: one artifact directory with the DTB and its manifest (support::artifact).
 pub fn qemu_dtb(cache: &Path, board: &board::Board, binary: &Path) -> Result<PathBuf> {
     let ver = version_of(binary)?;
     let key = sha256_hex(format!("{}\n{ver}", board::qemu_dtb_key(board)).as_bytes());
-    let path = cache.join("dtb").join(format!("qemu-virt-{}.dtb", &key[..16]));
-    if !path.is_file() {
-        publish_file(&path, |tmp| dump_qemu_dtb(binary, board, tmp))?;
+    let dir = Kind::Dtb.root(cache).join(format!("qemu-virt-{}", &key[..16]));
+    if dir.exists() && artifact::reuse(Kind::Dtb, &dir)? == Reuse::Use {
+        crate::support::process::mark_used(&dir);
+        return Ok(dir.join(DTB));
     }
-    Ok(path)
+    publish_dir(&dir, |tmp| {
+        dump_qemu_dtb(binary, board, &tmp.join(DTB))?;
+        artifact::seal(tmp)
+    })?;
+    Ok(dir.join(DTB))
 }
 
 /// Runs QEMU only to dump its DTB for the board's machine/cpu/smp/memory into `out`.

@@ -2,7 +2,8 @@
 //! pinned tree), built static for the guest with the cross gcc setup installs, and its TAP
 //! output turned into one result per case.
 
-use crate::support::fs::sha256_hex;
+use crate::support::artifact::{self, Kind, Reuse};
+use crate::support::fs::{publish_dir, sha256_hex};
 use crate::support::process::output;
 use anyhow::{Context, Result};
 use labproto::{Event, Status};
@@ -43,23 +44,25 @@ pub fn build(cache: &Path, tree: &Path) -> Result<PathBuf> {
     ] {
         key_text.push_str(&std::fs::read_to_string(&f).with_context(|| format!("reading {}", f.display()))?);
     }
-    let dir = cache.join("selftests").join(format!("binderfs-{}", &sha256_hex(key_text.as_bytes())[..16]));
+    let dir = Kind::Selftest.root(cache).join(format!("binderfs-{}", &sha256_hex(key_text.as_bytes())[..16]));
     let bin = dir.join(PROGRAM);
-    if bin.is_file() {
+    if dir.exists() && artifact::reuse(Kind::Selftest, &dir)? == Reuse::Use && bin.is_file() {
+        crate::support::process::mark_used(&dir);
         return Ok(bin);
     }
-    let tmp = dir.with_extension(format!("tmp{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&tmp);
-    std::fs::create_dir_all(tmp.join("include/linux/android"))?;
-    for h in ["binder.h", "binderfs.h"] {
-        std::fs::copy(uapi.join(h), tmp.join("include/linux/android").join(h))?;
-    }
-    let mut cc = Command::new(CC);
-    cc.args(["-static", "-O2", "-pthread", "-o"]).arg(tmp.join(PROGRAM)).arg("-I").arg(tmp.join("include"));
-    cc.arg("-I").arg(&harness).arg(&src);
-    output(&mut cc).with_context(|| format!("building {}", src.display()))?;
-    rootfs::check_static_aarch64(&tmp.join(PROGRAM))?;
-    std::fs::rename(&tmp, &dir).or_else(|e| if bin.is_file() { Ok(()) } else { Err(e) })?;
+    // Built in a staging directory, recorded (support::artifact) and renamed into place.
+    publish_dir(&dir, |tmp| {
+        std::fs::create_dir_all(tmp.join("include/linux/android"))?;
+        for h in ["binder.h", "binderfs.h"] {
+            std::fs::copy(uapi.join(h), tmp.join("include/linux/android").join(h))?;
+        }
+        let mut cc = Command::new(CC);
+        cc.args(["-static", "-O2", "-pthread", "-o"]).arg(tmp.join(PROGRAM)).arg("-I").arg(tmp.join("include"));
+        cc.arg("-I").arg(&harness).arg(&src);
+        output(&mut cc).with_context(|| format!("building {}", src.display()))?;
+        rootfs::check_static_aarch64(&tmp.join(PROGRAM))?;
+        artifact::seal(tmp)
+    })?;
     Ok(bin)
 }
 

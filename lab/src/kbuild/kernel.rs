@@ -12,6 +12,7 @@ use crate::kbuild::setup;
 use crate::kbuild::tree::{self, Series};
 
 use crate::provision::toolchain::Toolchain;
+use crate::support::artifact::{self, Depth, Kind, Reuse, State};
 use crate::support::fs::{publish_dir, sha256_hex, write_atomic};
 use crate::support::paths;
 use crate::support::process::run_logged;
@@ -26,7 +27,7 @@ const RECIPE: &str = "lab-kernel-v3";
 /// Files published per build.
 const ARTIFACTS: [&str; 4] = ["Image", "vmlinux", ".config", "System.map"];
 /// Published builds kept per flavor.
-const KEEP: usize = 4;
+pub const KEEP: usize = 4;
 
 /// Kernel flavors: `kernel-config/<flavor>.config` on base.config, and the composed ones of
 /// `kernel-config/flavors.toml` (see [`crate::kbuild::flavor`]).
@@ -152,7 +153,7 @@ pub fn cache_key(lock: &Lock, merged: &Fragment, tree_state: &str, toolchain: &s
 }
 
 fn artifacts_dir(cache: &Path, flavor: &str, key: &str) -> PathBuf {
-    cache.join("kernel/artifacts").join(format!("{flavor}-{key}"))
+    Kind::Kernel.root(cache).join(format!("{flavor}-{key}"))
 }
 
 /// Builds (or finds) the kernel for `flavor`.
@@ -175,11 +176,30 @@ pub fn build_with(name: &str, extras: &Extras) -> Result<Built> {
     let tc = setup::toolchain(&cache)?;
     let fingerprint = tc.fingerprint()?;
     // A published build of the tree as it is needs no tree lock: another flavor may hold it
-    // for minutes while it builds.
+    // for minutes while it builds. One found damaged is remembered, so that the check under
+    // the lock does not report it a second time.
+    let mut refused = None;
     if let Some(built) = published(&cache, flavor, &lock, &merged, &series, &fingerprint)? {
-        crate::support::progress::note(format!("kernel {flavor} is up to date: {}", built.dir.display()));
-        crate::support::process::mark_used(&built.dir);
-        return Ok(built);
+        if artifact::reuse(Kind::Kernel, &built.dir)? == Reuse::Use {
+            crate::support::progress::note(format!("kernel {flavor} is up to date: {}", built.dir.display()));
+            crate::support::process::mark_used(&built.dir);
+            return Ok(built);
+        }
+        let obj = cache.join("kernel/build").join(flavor);
+        let how = match artifact::manifest(&built.dir) {
+            Some(_) => restore_from_obj(&obj, &built.dir)?.then_some("restored from"),
+            None => record_if_obj_agrees(&obj, &built.dir)?.then_some("recorded: its files equal the outputs in"),
+        };
+        if let Some(how) = how {
+            crate::support::progress::note(format!(
+                "kernel {flavor} {how} the build directory {}: {}",
+                obj.display(),
+                built.dir.display()
+            ));
+            crate::support::process::mark_used(&built.dir);
+            return Ok(built);
+        }
+        refused = Some(built.dir);
     }
     let (src, _tree_lock) = prepared_tree(&cache, &lock, &series, &format!("building kernel {flavor}"))?;
 
@@ -187,7 +207,15 @@ pub fn build_with(name: &str, extras: &Extras) -> Result<Built> {
     let key = cache_key(&lock, &merged, &state, &fingerprint);
     let out = artifacts_dir(&cache, flavor, &key);
     let built = Built { flavor: flavor.into(), key: key.clone(), dir: out.clone() };
-    if out.join("Image").is_file() {
+    // Under the tree lock no one publishes this key meanwhile; another process may have
+    // rebuilt a refused artifact while this one waited.
+    let usable = out.exists()
+        && if refused.as_ref() == Some(&out) {
+            artifact::check(&out, Depth::Quick) == State::Good
+        } else {
+            artifact::reuse(Kind::Kernel, &out)? == Reuse::Use
+        };
+    if usable {
         crate::support::progress::note(format!("kernel {flavor} is up to date: {}", out.display()));
         crate::support::process::mark_used(&out);
         return Ok(built);
@@ -368,8 +396,9 @@ fn make_with_progress(tc: &Toolchain, src: &Path, obj: &Path, flavor: &str, targ
     res
 }
 
-/// Copies the outputs into a temporary directory and renames it into place. A variant's
-/// extras are kept beside them as `lab-extras.config`, the gdb helpers in `gdb/`.
+/// Copies the outputs into a temporary directory, records their sizes and hashes there
+/// (support::artifact) and renames it into place. A variant's extras are kept beside them as
+/// `lab-extras.config`, the gdb helpers in `gdb/`.
 fn publish(obj: &Path, out: &Path, tc: &Toolchain, src: &Path, extras: Option<&str>) -> Result<()> {
     publish_dir(out, |tmp| {
         for f in ARTIFACTS {
@@ -384,6 +413,7 @@ fn publish(obj: &Path, out: &Path, tc: &Toolchain, src: &Path, extras: Option<&s
         if obj.join("vmlinux-gdb.py").exists() {
             copy_gdb_scripts(obj, &tmp.join(GDB_DIR))?;
         }
+        artifact::seal(tmp)?;
         for f in std::fs::read_dir(tmp)?.flatten() {
             if f.path().is_file() {
                 std::fs::File::open(f.path())?.sync_all()?;
@@ -391,6 +421,82 @@ fn publish(obj: &Path, out: &Path, tc: &Toolchain, src: &Path, extras: Option<&s
         }
         Ok(())
     })
+}
+
+/// Where a published file comes from in the O= directory (see [`publish`]); None for the
+/// ones a build does not leave there (`lab-extras.config`).
+fn source_in_obj(rel: &str) -> Option<PathBuf> {
+    match rel {
+        "Image" => Some("arch/arm64/boot/Image".into()),
+        "vmlinux" | ".config" | "System.map" => Some(rel.into()),
+        "kernel.release" => Some("include/config/kernel.release".into()),
+        _ => rel.strip_prefix(&format!("{GDB_DIR}/")).map(PathBuf::from),
+    }
+}
+
+/// Repairs the damaged published build `out` without make or the tree lock: each file that
+/// no longer matches its manifest entry is copied back from the flavor's kept O= directory
+/// `obj` if the copy there hashes to the recorded value (so it is this build's own output),
+/// and the intact files are kept. The result is checked against the manifest and published
+/// by rename. Holds only `obj`'s lock, and only if it is free (a build there may be changing
+/// the outputs). False, with nothing changed, when there is no readable manifest or a damaged
+/// file has no matching copy: then the caller rebuilds with make.
+fn restore_from_obj(obj: &Path, out: &Path) -> Result<bool> {
+    let Some(m) = artifact::manifest(out) else { return Ok(false) };
+    let Ok(lockf) = std::fs::File::open(obj.join(".lab-lock")) else { return Ok(false) };
+    if lockf.try_lock().is_err() {
+        return Ok(false);
+    }
+    // Where each file comes from: the artifact itself if intact, else the O= directory.
+    let mut plan = vec![];
+    for (rel, want) in &m.files {
+        let here = out.join(rel);
+        let from = if artifact::matches(&here, want) {
+            here
+        } else {
+            match source_in_obj(rel).map(|r| obj.join(r)).filter(|p| artifact::matches(p, want)) {
+                Some(p) => p,
+                None => return Ok(false),
+            }
+        };
+        plan.push((rel.clone(), from));
+    }
+    let restored = publish_dir(out, |tmp| {
+        for (rel, from) in &plan {
+            let to = tmp.join(rel);
+            std::fs::create_dir_all(to.parent().unwrap_or(tmp))?;
+            std::fs::copy(from, &to).with_context(|| format!("copying {}", from.display()))?;
+        }
+        for (rel, target) in &m.links {
+            std::os::unix::fs::symlink(target, tmp.join(rel))?;
+        }
+        let got = artifact::seal(tmp)?;
+        let same = got.files.len() == m.files.len()
+            && got
+                .files
+                .iter()
+                .all(|(k, e)| m.files.get(k).is_some_and(|w| (w.size, &w.sha256) == (e.size, &e.sha256)));
+        anyhow::ensure!(same, "the restored files do not match the manifest");
+        Ok(())
+    });
+    Ok(restored.is_ok())
+}
+
+/// A build published before manifests (`out`, none there) gets one when every file equals
+/// its counterpart among the flavor's kept O= outputs: two copies that agree byte for byte
+/// are taken as good, without make or the tree lock. Holds `obj`'s lock, only if free. False
+/// (nothing written) when a file differs or has no counterpart: then make rebuilds it.
+fn record_if_obj_agrees(obj: &Path, out: &Path) -> Result<bool> {
+    let Ok(lockf) = std::fs::File::open(obj.join(".lab-lock")) else { return Ok(false) };
+    if lockf.try_lock().is_err() {
+        return Ok(false);
+    }
+    let m = artifact::record(out)?;
+    let agree = m.files.iter().all(|(rel, e)| source_in_obj(rel).is_some_and(|r| artifact::matches(&obj.join(r), e)));
+    if agree && artifact::manifest(out).is_none() {
+        artifact::write_manifest(out, &m)?;
+    }
+    Ok(agree)
 }
 
 /// Where a published build keeps the kernel's gdb helpers ([`Built::gdb_script`]).
@@ -419,7 +525,7 @@ fn copy_gdb_scripts(obj: &Path, to: &Path) -> Result<()> {
 
 /// Keeps the most recently used few published builds of a flavor.
 fn prune(cache: &Path, flavor: &str, keep_key: &str) {
-    crate::support::process::prune_builds(&cache.join("kernel/artifacts"), &format!("{flavor}-"), keep_key, KEEP);
+    crate::support::process::prune_builds(&Kind::Kernel.root(cache), &format!("{flavor}-"), keep_key, KEEP);
 }
 
 #[cfg(test)]
@@ -519,6 +625,72 @@ mod tests {
         assert!(!to.join("scripts/gdb/linux/.constants.py.cmd").exists());
         let b = Built { flavor: "perf+x".into(), key: "k".into(), dir: d.path().join("artifact") };
         assert_eq!(b.gdb_script(), Some(to.join("vmlinux-gdb.py")));
+    }
+
+    #[test]
+    fn a_damaged_build_is_restored_from_its_o_directory() {
+        let d = tempfile::tempdir().unwrap();
+        let (obj, out) = (d.path().join("obj"), d.path().join("artifacts/perf-0123"));
+        std::fs::create_dir_all(obj.join("arch/arm64/boot")).unwrap();
+        std::fs::create_dir_all(obj.join("include/config")).unwrap();
+        std::fs::create_dir_all(&out).unwrap();
+        for (rel, at, body) in [
+            ("Image", "arch/arm64/boot/Image", "image bytes"),
+            ("vmlinux", "vmlinux", "elf bytes"),
+            ("kernel.release", "include/config/kernel.release", "7.2.12-binderlab\n"),
+        ] {
+            std::fs::write(obj.join(at), body).unwrap();
+            std::fs::write(out.join(rel), body).unwrap();
+        }
+        std::fs::write(out.join("lab-extras.config"), "CONFIG_X=y\n").unwrap();
+        std::fs::write(obj.join(".lab-lock"), "").unwrap();
+        artifact::seal(&out).unwrap();
+        let damaged = |rel: &str| {
+            std::fs::write(out.join(rel), "garbage!").unwrap();
+            assert!(matches!(artifact::check(&out, Depth::Full), State::Damaged(_)));
+        };
+        damaged("Image");
+        damaged("vmlinux");
+        assert!(restore_from_obj(&obj, &out).unwrap());
+        assert_eq!(artifact::check(&out, Depth::Full), State::Good);
+        assert_eq!(std::fs::read_to_string(out.join("Image")).unwrap(), "image bytes");
+        // Busy O= directory (a build there holds its lock): not now.
+        damaged("Image");
+        let held = std::fs::File::open(obj.join(".lab-lock")).unwrap();
+        held.lock().unwrap();
+        assert!(!restore_from_obj(&obj, &out).unwrap());
+        drop(held);
+        // The O= copy is of another build: make has to do it.
+        std::fs::write(obj.join("arch/arm64/boot/Image"), "other build").unwrap();
+        assert!(!restore_from_obj(&obj, &out).unwrap());
+        // A file the build does not leave in O=.
+        std::fs::write(obj.join("arch/arm64/boot/Image"), "image bytes").unwrap();
+        assert!(restore_from_obj(&obj, &out).unwrap());
+        damaged("lab-extras.config");
+        assert!(!restore_from_obj(&obj, &out).unwrap());
+        assert!(matches!(artifact::check(&out, Depth::Full), State::Damaged(_)), "left as it was");
+    }
+
+    #[test]
+    fn a_build_from_before_manifests_is_recorded_if_its_o_directory_agrees() {
+        let d = tempfile::tempdir().unwrap();
+        let (obj, out) = (d.path().join("obj"), d.path().join("artifacts/perf-0123"));
+        std::fs::create_dir_all(obj.join("arch/arm64/boot")).unwrap();
+        std::fs::create_dir_all(&out).unwrap();
+        std::fs::write(obj.join(".lab-lock"), "").unwrap();
+        std::fs::write(obj.join("arch/arm64/boot/Image"), "image bytes").unwrap();
+        std::fs::write(obj.join("vmlinux"), "elf bytes").unwrap();
+        std::fs::write(out.join("Image"), "image bytes").unwrap();
+        std::fs::write(out.join("vmlinux"), "elf bytez").unwrap();
+        assert!(!record_if_obj_agrees(&obj, &out).unwrap(), "vmlinux differs");
+        assert_eq!(artifact::check(&out, Depth::Full), State::Unsealed);
+        std::fs::write(out.join("vmlinux"), "elf bytes").unwrap();
+        assert!(record_if_obj_agrees(&obj, &out).unwrap());
+        assert_eq!(artifact::check(&out, Depth::Full), State::Good);
+        // A file the O= directory does not have (a variant's extras): make decides.
+        std::fs::remove_file(out.join(artifact::MANIFEST)).unwrap();
+        std::fs::write(out.join("lab-extras.config"), "CONFIG_X=y\n").unwrap();
+        assert!(!record_if_obj_agrees(&obj, &out).unwrap());
     }
 
     #[test]

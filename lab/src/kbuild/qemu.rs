@@ -6,7 +6,8 @@
 use crate::kbuild::tree::{self, Names, Series};
 use crate::provision::apt;
 use crate::provision::qemu_src::{ensure_orig, QemuLock, QemuPin};
-use crate::support::fs::{sha256_hex, write_atomic};
+use crate::support::artifact::{self, Kind, Reuse};
+use crate::support::fs::{publish_dir, sha256_hex, write_atomic};
 use crate::support::paths;
 use crate::support::process::{output, run_logged};
 use anyhow::{bail, Context, Result};
@@ -46,7 +47,7 @@ pub const BUILD_PACKAGES: &[(&str, &str)] = &[
 /// them itself: both go into a venv in the cache, pinned.
 pub const PYPI: &[&str] = &["meson==1.5.0", "pycotap==1.3.1"];
 /// Published builds kept.
-const KEEP: usize = 3;
+pub const KEEP: usize = 3;
 pub const BINARY: &str = "qemu-system-aarch64";
 
 pub const NAMES: Names = Names { folder: "qemu/", export: "qemu-export", reset: "qemu-reset", base: "the pinned QEMU" };
@@ -166,7 +167,7 @@ pub fn cache_key(pin: &QemuPin, tree_state: &str, toolchain: &str) -> String {
 }
 
 fn artifacts_dir(cache: &Path, key: &str) -> PathBuf {
-    qemu_cache(cache).join("artifacts").join(format!("qemu-{key}"))
+    Kind::Qemu.root(cache).join(format!("qemu-{key}"))
 }
 
 /// Builds (or finds) the lab's QEMU.
@@ -180,7 +181,7 @@ pub fn build() -> Result<Built> {
     let key = cache_key(&lock.qemu, &state, &toolchain_fingerprint()?);
     let out = artifacts_dir(&cache, &key);
     let built = Built { key: key.clone(), dir: out.clone() };
-    if out.join(BINARY).is_file() {
+    if out.exists() && artifact::reuse(Kind::Qemu, &out)? == Reuse::Use {
         crate::support::process::mark_used(&out);
         return Ok(built);
     }
@@ -205,6 +206,15 @@ pub fn build() -> Result<Built> {
 
 /// `configure` into `obj`, unless it was last configured the same way.
 fn configure(src: &Path, obj: &Path, python: &Path) -> Result<()> {
+    // Resolved paths (the venv's python itself is a link to the system's, so its directory):
+    // a scratch cache that links the main one's tree and build directory (tests) must not
+    // reconfigure, which would empty that build directory.
+    let real = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    let src = &real(src);
+    let python = &match (python.parent(), python.file_name()) {
+        (Some(dir), Some(name)) => real(dir).join(name),
+        _ => python.to_path_buf(),
+    };
     let want = sha256_hex(format!("{}\n{}\n{}", src.display(), python.display(), CONFIGURE.join(" ")).as_bytes());
     let stamp = obj.join(".lab-configure.sha256");
     if std::fs::read_to_string(&stamp).ok().as_deref() == Some(want.as_str()) && obj.join("build.ninja").is_file() {
@@ -252,24 +262,23 @@ fn ninja_with_progress(obj: &Path) -> Result<()> {
 }
 
 /// The binary and the plugin header (plugins written in C need it) into a temporary
-/// directory, renamed into place.
+/// directory, recorded there (support::artifact) and renamed into place.
 fn publish(src: &Path, obj: &Path, out: &Path, pin: &QemuPin, key: &str) -> Result<()> {
-    let tmp = out.with_extension(format!("tmp{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&tmp);
-    std::fs::create_dir_all(&tmp)?;
-    std::fs::copy(obj.join(BINARY), tmp.join(BINARY))?;
-    std::fs::copy(src.join("include/qemu/qemu-plugin.h"), tmp.join("qemu-plugin.h"))?;
-    let info =
-        serde_json::json!({ "key": key, "package": pin.package, "version": pin.version, "series": series()?.patches });
-    std::fs::write(tmp.join("info.json"), serde_json::to_string_pretty(&info)?)?;
-    for f in std::fs::read_dir(&tmp)?.flatten() {
-        std::fs::File::open(f.path())?.sync_all()?;
-    }
-    std::fs::rename(&tmp, out).with_context(|| format!("publishing {}", out.display()))
+    publish_dir(out, |tmp| {
+        std::fs::copy(obj.join(BINARY), tmp.join(BINARY))?;
+        std::fs::copy(src.join("include/qemu/qemu-plugin.h"), tmp.join("qemu-plugin.h"))?;
+        let info = serde_json::json!({ "key": key, "package": pin.package, "version": pin.version, "series": series()?.patches });
+        std::fs::write(tmp.join("info.json"), serde_json::to_string_pretty(&info)?)?;
+        artifact::seal(tmp)?;
+        for f in std::fs::read_dir(tmp)?.flatten() {
+            std::fs::File::open(f.path())?.sync_all()?;
+        }
+        Ok(())
+    })
 }
 
 fn prune(cache: &Path, keep_key: &str) {
-    crate::support::process::prune_builds(&qemu_cache(cache).join("artifacts"), "qemu-", keep_key, KEEP);
+    crate::support::process::prune_builds(&Kind::Qemu.root(cache), "qemu-", keep_key, KEEP);
 }
 
 /// Builds a TCG plugin crate of this workspace (`qemu/plugins/*`, release) and returns its

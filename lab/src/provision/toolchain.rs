@@ -54,7 +54,10 @@ impl Toolchain {
     /// Resolves the toolchain without installing anything; None if a piece is missing.
     pub fn probe(cache: &Path) -> Option<Toolchain> {
         let rustc_version = rustc_version().ok()?;
+        // Resolved: the path reaches make's command lines and the cache key, so a scratch
+        // cache that links the main one's rust-src (tests) builds exactly what the main one does.
         let rust_lib_src = rust_src_library(cache, &rustc_version)?;
+        let rust_lib_src = std::fs::canonicalize(&rust_lib_src).unwrap_or(rust_lib_src);
         let bindgen_bin_dir = bindgen_root(cache).join("bin");
         bindgen_bin_dir.join("bindgen").is_file().then_some(())?;
         Some(Toolchain { cache: cache.to_path_buf(), bindgen_bin_dir, rust_lib_src, rustc_version })

@@ -70,18 +70,38 @@ pub fn publish_file<T>(dest: &Path, fill: impl FnOnce(&Path) -> Result<T>) -> Re
 }
 
 /// Publishes the directory `dest` atomically: `fill` populates a temporary directory next to
-/// it, which then replaces `dest` (an older or unfinished one is removed). On an error the
-/// temporary directory is removed and `dest` is untouched.
+/// it, which then replaces `dest` (an older, unfinished or damaged one is removed). An existing
+/// `dest` is swapped out in one step, so a reader finds the old or the new one, never none. On
+/// an error the temporary directory is removed and `dest` is untouched.
 pub fn publish_dir<T>(dest: &Path, fill: impl FnOnce(&Path) -> Result<T>) -> Result<T> {
     let dir = staging(dest)?;
     let v = fill(dir.path())?;
-    let _ = std::fs::remove_dir_all(dest);
-    let tmp = dir.keep();
-    std::fs::rename(&tmp, dest).with_context(|| {
-        let _ = std::fs::remove_dir_all(&tmp);
-        format!("publishing {}", dest.display())
-    })?;
+    if std::fs::rename(dir.path(), dest).is_ok() {
+        let _ = dir.keep();
+        return Ok(v);
+    }
+    // `dest` exists and is not empty: exchange the two, then the staging name holds the old
+    // one and the TempDir removes it. A file system without RENAME_EXCHANGE gets remove+rename.
+    if exchange(dir.path(), dest).is_err() {
+        let _ = std::fs::remove_dir_all(dest);
+        std::fs::rename(dir.path(), dest).with_context(|| format!("publishing {}", dest.display()))?;
+        let _ = dir.keep();
+    }
     Ok(v)
+}
+
+/// Swaps two paths atomically (Linux renameat2 RENAME_EXCHANGE).
+fn exchange(a: &Path, b: &Path) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = |p: &Path| std::ffi::CString::new(p.as_os_str().as_bytes()).map_err(std::io::Error::other);
+    let (ca, cb) = (c(a)?, c(b)?);
+    // SAFETY: two valid NUL-terminated paths; renameat2 only reads them.
+    let r = unsafe { libc::renameat2(libc::AT_FDCWD, ca.as_ptr(), libc::AT_FDCWD, cb.as_ptr(), libc::RENAME_EXCHANGE) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
-//! Stage 0: what every stage uses (paths, files, processes, progress, time stamps). Imports nothing
-//! from the other stages.
+//! Stage 0: what every stage uses (paths, files, published artifacts' manifests, processes,
+//! progress, time stamps). Imports nothing from the other stages.
 
+pub mod artifact;
 pub mod fs;
 pub mod parallel;
 pub mod paths;

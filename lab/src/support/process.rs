@@ -41,9 +41,24 @@ pub fn prune_builds(dir: &Path, prefix: &str, keep_key: &str, keep: usize) {
 }
 
 fn prune_builds_at(dir: &Path, prefix: &str, keep_key: &str, keep: usize, now: std::time::SystemTime) {
+    for p in prune_plan(dir, prefix, Some(keep_key), keep, now) {
+        let _ = std::fs::remove_dir_all(p);
+    }
+}
+
+/// The published builds `<dir>/<prefix><hex key>` that pruning removes: all but the `keep`
+/// most recently used (`keep_key`'s build is always kept and counts as one of them), and
+/// never one used within [`PRUNE_GRACE`] of `now`. `lab cache gc` shows and applies it.
+pub fn prune_plan(
+    dir: &Path,
+    prefix: &str,
+    keep_key: Option<&str>,
+    keep: usize,
+    now: std::time::SystemTime,
+) -> Vec<std::path::PathBuf> {
     let ours = |name: &str| {
         name.strip_prefix(prefix).is_some_and(|k| {
-            !k.is_empty() && k != keep_key && k.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+            !k.is_empty() && Some(k) != keep_key && k.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
         })
     };
     let mut builds: Vec<(std::time::SystemTime, std::path::PathBuf)> = std::fs::read_dir(dir)
@@ -55,12 +70,14 @@ fn prune_builds_at(dir: &Path, prefix: &str, keep_key: &str, keep: usize, now: s
         })
         .unwrap_or_default();
     builds.sort();
-    let excess = builds.len().saturating_sub(keep - 1);
-    for (used, p) in builds.into_iter().take(excess) {
-        if now.duration_since(used).unwrap_or_default() >= PRUNE_GRACE {
-            let _ = std::fs::remove_dir_all(p);
-        }
-    }
+    let room = if keep_key.is_some() { keep.saturating_sub(1) } else { keep };
+    let excess = builds.len().saturating_sub(room);
+    builds
+        .into_iter()
+        .take(excess)
+        .filter(|(used, _)| now.duration_since(*used).unwrap_or_default() >= PRUNE_GRACE)
+        .map(|(_, p)| p)
+        .collect()
 }
 
 /// Runs a command and returns its stdout; on failure the error carries stderr.
@@ -165,7 +182,10 @@ mod tests {
         // Within the grace period nothing goes, however many there are.
         prune_builds_at(d.path(), "cbinder-", "cccc", 1, now + Duration::from_secs(1));
         assert!(d.path().join("cbinder-0000").exists() && d.path().join("cbinder-ffff").exists());
-        prune_builds_at(d.path(), "cbinder-", "cccc", 1, now + PRUNE_GRACE * 2);
+        // Without a current key (`lab cache gc`), the `keep` most recently used stay.
+        let later = now + PRUNE_GRACE * 2;
+        assert_eq!(prune_plan(d.path(), "cbinder-", None, 2, later), [d.path().join("cbinder-cccc")]);
+        prune_builds_at(d.path(), "cbinder-", "cccc", 1, later);
         assert!(!d.path().join("cbinder-0000").exists() && d.path().join("cbinder-cccc").exists());
     }
 
