@@ -237,10 +237,12 @@ fn run(a: &Args) -> Result<bool, String> {
     measure.finish(&mut data);
     // The benchmark's own tasks only (what `simpleperf stat CMD` counts, idle and other
     // tasks excluded): this process and its reaped workers, every thread, whole lifetime.
-    let (own, kids) = (switches(libc::RUSAGE_SELF), switches(libc::RUSAGE_CHILDREN));
+    let since = |now: [u64; 2], then: [u64; 2]| [now[0] - then[0], now[1] - then[1]];
+    let (own, kids) = (since(switches(libc::RUSAGE_SELF), own0), since(switches(libc::RUSAGE_CHILDREN), kids0));
     data["task_switches"] = json!({
-        "main": { "voluntary": own[0] - own0[0], "involuntary": own[1] - own0[1] },
-        "workers": { "voluntary": kids[0] - kids0[0], "involuntary": kids[1] - kids0[1] },
+        "main": { "voluntary": own[0], "involuntary": own[1] },
+        "workers": { "voluntary": kids[0], "involuntary": kids[1] },
+        "total": own[0] + own[1] + kids[0] + kids[1],
     });
     let _ = smc.signal();
     sm_child.wait();
