@@ -11,8 +11,10 @@
 //!
 //! Per case a fresh server process (the context manager, one looper: its main thread) starts
 //! on `--server-cpu` and is then allowed every CPU, so its previous CPU is known; a client
-//! process pinned to `--client-cpu` makes `--iters` calls, `--pause-us` apart so that the
-//! system is not overutilized (EAS stands aside then). The reply says where the server ran.
+//! process pinned to `--client-cpu` waits 300 ms (the new server's utilization decays) and
+//! makes `--iters` calls, `--pause-us` apart so that the system is not overutilized (EAS
+//! stands aside then). The reply says where the server ran. Run it with `--tcg icount`: under
+//! plain TCG a loaded host stretches guest time inside calls, and with it utilization.
 //!
 //! Cases (`--cases LIST`, all by default): `fair_off`, `fair_sync_eas` (both SCHED_OTHER),
 //! `fifo_fair_off`, `fifo_fair_sync_eas` (a SCHED_FIFO caller and a SCHED_OTHER server: the
@@ -41,6 +43,8 @@ const CODE_WHERE: u32 = 1;
 /// The same priority for caller and server: ACK's test is the woken task's priority against
 /// the waker's runqueue's next highest (none queued here), not against the waker.
 const FIFO_PRIO: i32 = 50;
+/// How long the client waits before its first call (see `client`).
+const SETTLE: Duration = Duration::from_millis(300);
 /// A switch on must keep at least this share of calls on the caller's CPU.
 const ON_SHARE_MIN: f64 = 0.9;
 /// The RT cases without an honoured switch: at most this share there.
@@ -203,6 +207,10 @@ fn client(cpu: u32, fifo: bool, iters: u64, pause: Duration) -> Result<Seen> {
     if fifo {
         set_fifo(FIFO_PRIO)?;
     }
+    // A new process starts with half its CPU's spare capacity as utilization: until that has
+    // decayed (PELT halves it every 32 ms) the server overutilizes a silver CPU and EAS, with
+    // SYNC_EAS in it, stands aside.
+    std::thread::sleep(SETTLE);
     let cl = clusters();
     let mut b = Binder::open(DEVICE).map_err(|e| format!("open: {e}"))?;
     let mut s = Seen::default();
