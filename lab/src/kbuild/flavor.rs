@@ -239,5 +239,11 @@ mod tests {
         assert_eq!(dbg.config.values["CONFIG_ANDROID_BINDER_IPC"], "y");
         assert_eq!(dbg.config.values["CONFIG_KASAN"], "y");
         assert_eq!(dbg.series, ["rust-driver", "kbuild-fixes", "c-reference"]);
+        // phone is perf's configuration exactly, so its O= directory starts as a copy of perf's
+        // and android-sched/ costs the scheduler's objects and a link.
+        let phone = load("phone").unwrap();
+        assert_eq!(phone.series, ["rust-driver", "android-sched"]);
+        assert_eq!(phone.config.render(), load("perf").unwrap().config.render());
+        assert_eq!(load("phone-debug").unwrap().config.render(), load("debug").unwrap().config.render());
     }
 }

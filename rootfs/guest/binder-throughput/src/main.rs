@@ -11,8 +11,9 @@
 //! Options: `-w N` (2), `-i N` (10000), `-s BYTES` (0), `-p` (client/server pairs), `-t N`
 //! (N warm-up iterations first), `--threads N` (fixed pool), `--ctabs-mode N`,
 //! `--defer-tc 0|1` (the lab-only rust-driver/lab/ series: deferral of BR_TRANSACTION_COMPLETE off/on;
-//! the value in effect is recorded as "defer_tc"). docs/src/guide/bench.md lists what still differs from
-//! the original.
+//! the value in effect is recorded as "defer_tc"). Besides the system-wide counters,
+//! "task_switches" counts the context switches of the benchmark's own processes (getrusage).
+//! docs/src/guide/bench.md lists what still differs from the original.
 
 use benchkit::proc::{fork, Chan, Child};
 use benchkit::stats::{fmt_g, subsample_ms, Summary};
@@ -106,6 +107,17 @@ fn worker(num: usize, o: &Opts, p: &mut Chan) -> Result<(), String> {
     p.send_u64s(&times).map_err(io)?;
     p.wait().map_err(io)?;
     pool.stop().map_err(|e| format!("thread pool: {e}"))
+}
+
+/// Voluntary and involuntary context switches of `who` (RUSAGE_SELF or RUSAGE_CHILDREN).
+fn switches(who: libc::c_int) -> [u64; 2] {
+    // SAFETY: getrusage fills the zeroed rusage it is given.
+    let ru = unsafe {
+        let mut ru: libc::rusage = std::mem::zeroed();
+        libc::getrusage(who, &mut ru);
+        ru
+    };
+    [ru.ru_nvcsw as u64, ru.ru_nivcsw as u64]
 }
 
 struct RunResult {
@@ -218,10 +230,20 @@ fn run(a: &Args) -> Result<bool, String> {
         println!("Completed warump round\n");
     }
     let t0 = Instant::now();
+    let (own0, kids0) = (switches(libc::RUSAGE_SELF), switches(libc::RUSAGE_CHILDREN));
     let measure = Measure::start();
     let r = run_main(&o);
     let mut data = json!({});
     measure.finish(&mut data);
+    // The benchmark's own tasks only (what `simpleperf stat CMD` counts, idle and other
+    // tasks excluded): this process and its reaped workers, every thread, whole lifetime.
+    let since = |now: [u64; 2], then: [u64; 2]| [now[0] - then[0], now[1] - then[1]];
+    let (own, kids) = (since(switches(libc::RUSAGE_SELF), own0), since(switches(libc::RUSAGE_CHILDREN), kids0));
+    data["task_switches"] = json!({
+        "main": { "voluntary": own[0], "involuntary": own[1] },
+        "workers": { "voluntary": kids[0], "involuntary": kids[1] },
+        "total": own[0] + own[1] + kids[0] + kids[1],
+    });
     let _ = smc.signal();
     sm_child.wait();
     let mut r = r?;
