@@ -413,15 +413,26 @@ mod tests {
         put_counters(&mut s, "throughput", 1, &counters(m1.path()).unwrap(), &b);
         assert_eq!(s["throughput.cache.l1d_refs"][&0], [2000.0]);
         assert_eq!(s["throughput.cache.l1d_misses"][&1], [60.0]);
-        let rows = samples::summarise(&s);
         let seeds = seeds_with_cache().unwrap();
-        let t = reproduce::seed000_throughput(&seeds.seed000, &rows);
-        let refs: Vec<&str> = t.lines().skip_while(|l| !l.starts_with("Cache refs")).take(2).collect();
-        // The seed's refs fell 3.6%, the model's 10.0%: filled, with a mark, not "not measurable".
-        assert!(refs[1].contains("2000") && refs[1].contains("-10.0%") && refs[1].contains('✓'), "{t}");
-        let cal = calibration(&seeds, &rows);
+        let refs_line = |s: &Samples| {
+            let t = reproduce::seed000_throughput(&seeds.seed000, &samples::summarise(s));
+            t.lines().skip_while(|l| !l.starts_with("Cache refs")).nth(1).unwrap().to_string()
+        };
+        // One boot per mode is one sample: no interval (not [-10.0, -10.0]) and no mark.
+        let cal = calibration(&seeds, &samples::summarise(&s));
         // 107 of 2000: 5.35%, not a rounded ratio times 100.
         assert!(cal.lines().last().unwrap().ends_with("5.35"), "{cal}");
+        let one = refs_line(&s);
+        assert!(one.contains("n/a (too few: 1)") && !one.contains("-10.0%") && one.ends_with("? ?"), "{one}");
+        // Five boots per mode give the interval of their spread, and a mark: the seed's refs
+        // fell 3.6%, the model's about 10%.
+        for (mode, base) in [(0, 2000.0), (1, 1800.0)] {
+            let v = s.get_mut("throughput.cache.l1d_refs").unwrap().get_mut(&mode).unwrap();
+            *v = (0..5).map(|i| base + f64::from(i)).collect();
+        }
+        let five = refs_line(&s);
+        assert!(five.contains("2002 [2000, 2004]") && five.contains("-10.0% [-10.") && five.contains('✓'), "{five}");
+
         // Without --cache there is no cache.json, and the error says what to add.
         let e = counters(Path::new("/nonexistent")).unwrap_err();
         assert!(format!("{e:#}").contains("--cache"), "{e:#}");
