@@ -29,7 +29,8 @@ pub const DEFAULT_MODES: [u32; 4] = [0, 1, 2, 3];
 /// The seed-000 workloads the model runs (seed 002's sendvec is not seed 000's).
 const WORKLOADS: [&str; 2] = ["throughput", "tiers"];
 /// The cache plugin's per-CPU counters kept as metrics (`<bench>.cache.<counter>`).
-const COUNTERS: [&str; 9] = [
+/// The access counters count loads and stores; `charged_*` the loads charged at each place.
+const COUNTERS: [&str; 15] = [
     "l1d_refs",
     "l1d_misses",
     "l2_misses",
@@ -37,6 +38,12 @@ const COUNTERS: [&str; 9] = [
     "l3_misses",
     "same_cluster_transfers",
     "cross_cluster_transfers",
+    "clean_snoops",
+    "charged_l2",
+    "charged_l3",
+    "charged_same_cluster",
+    "charged_cross_cluster",
+    "charged_dram",
     "charged_ns",
     "l2_refs",
 ];
