@@ -109,7 +109,7 @@ mod tests {
 
     #[test]
     fn table_marks_each_configuration() {
-        let e = |v: f64| Estimate { value: v, lo: v - 1.0, hi: v + 1.0, n: 5 };
+        let e = |v: f64| Estimate { value: v, lo: v - 1.0, hi: v + 1.0, n: 5, boots: 0 };
         let row = |d: f64| Row { per_mode: [(0, e(50.0))].into(), delta_pct: [(1, e(d)), (2, e(d))].into() };
         let up: BTreeMap<String, Row> = [("throughput.iterations_per_sec".to_string(), row(5.0))].into();
         let down: BTreeMap<String, Row> = [("throughput.iterations_per_sec".to_string(), row(-5.0))].into();

@@ -625,7 +625,7 @@ mod tests {
 
     #[test]
     fn direction_marks() {
-        let e = |lo, hi| Estimate { value: (lo + hi) / 2.0, lo, hi, n: 5 };
+        let e = |lo, hi| Estimate { value: (lo + hi) / 2.0, lo, hi, n: 5, boots: 0 };
         assert_eq!(mark(seed_dir(-20.9), Some(lab_dir(&e(-30.0, -5.0)))), "✓");
         assert_eq!(mark(seed_dir(-20.9), Some(lab_dir(&e(-3.0, 2.0)))), "~");
         assert_eq!(mark(seed_dir(-20.9), Some(lab_dir(&e(1.0, 2.0)))), "✗");

@@ -129,11 +129,52 @@ pub fn collect(events: &[Event]) -> Samples {
     out
 }
 
+/// metric -> mode -> per boot (by boot number) its samples: the timing model's runs, whose
+/// intervals resample boots.
+pub type BootSamples = BTreeMap<String, BTreeMap<u32, Vec<Vec<f64>>>>;
+
+/// Adds one boot's samples as boot number `boot`.
+pub fn add_boot(all: &mut BootSamples, boot: usize, s: &Samples) {
+    for (metric, by_mode) in s {
+        for (mode, v) in by_mode {
+            let boots = all.entry(metric.clone()).or_default().entry(*mode).or_default();
+            if boots.len() <= boot {
+                boots.resize(boot + 1, vec![]);
+            }
+            boots[boot].extend(v);
+        }
+    }
+}
+
+/// Every sample, whatever its boot.
+pub fn pooled(all: &BootSamples) -> Samples {
+    all.iter()
+        .map(|(metric, by_mode)| (metric.clone(), by_mode.iter().map(|(m, b)| (*m, b.concat())).collect()))
+        .collect()
+}
+
 /// Median and CI per mode, and Δ% against mode 0, for one metric.
 #[derive(Clone, Debug, Serialize)]
 pub struct Row {
     pub per_mode: BTreeMap<u32, Estimate>,
     pub delta_pct: BTreeMap<u32, Estimate>,
+}
+
+/// [`summarise`] with intervals that resample boots, then the samples within them.
+pub fn summarise_boots(samples: &BootSamples) -> BTreeMap<String, Row> {
+    samples
+        .iter()
+        .map(|(metric, by_mode)| {
+            let per_mode = by_mode.iter().filter_map(|(m, v)| Some((*m, stats::median_ci_boots(v)?))).collect();
+            let base = by_mode.get(&0);
+            let delta_pct = by_mode
+                .iter()
+                .filter(|(m, _)| **m != 0)
+                .filter_map(|(m, v)| Some((*m, stats::delta_pct_ci_boots(base?, v)?)))
+                .collect();
+            (metric.clone(), Row { per_mode, delta_pct })
+        })
+        .collect()
 }
 
 pub fn summarise(samples: &Samples) -> BTreeMap<String, Row> {

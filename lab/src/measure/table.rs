@@ -39,9 +39,19 @@ pub fn seed_dir(delta_pct: f64) -> Dir {
     }
 }
 
-/// Whether `e` rests on too few samples to be shown or marked.
+/// The independent samples an interval rests on: its boots where it resampled boots (the
+/// timing model's boots differ, the repetitions inside one boot less so), else its samples.
+pub fn units(e: &Estimate) -> usize {
+    if e.boots > 0 {
+        e.boots
+    } else {
+        e.n
+    }
+}
+
+/// Whether `e` rests on too few samples (or boots) to be shown or marked.
 pub fn too_few(e: &Estimate) -> bool {
-    e.n < MIN_SAMPLES
+    units(e) < MIN_SAMPLES
 }
 
 /// The lab's direction by the seed's rule: a change is beyond the dead band with a 95% CI that
@@ -75,7 +85,7 @@ pub fn mark(seed: Dir, lab: Option<Dir>) -> &'static str {
 pub const LEGEND: &str = "Direction, one rule for both sides: a change is one beyond ±1% (the lab's also with a \
 95% CI that excludes 0), no change is within ±1% (the lab's whole CI inside ±1%). ✓ the lab's direction is the seed's \
 (or both show no change); ~ the lab's CI is neither; ✗ opposite, or a change on one side and none on the other; \
-? no lab value, or fewer than 5 samples (repetitions or boots) per arm, shown as n/a (too few).";
+? no lab value, or fewer than 5 samples per arm (repetitions; boots where the interval resamples boots), shown as n/a (too few).";
 
 pub fn pct(from: f64, to: f64) -> f64 {
     (to - from) / from * 100.0
@@ -100,7 +110,11 @@ pub fn show(e: Option<Estimate>, digits: usize) -> String {
 
 /// What a figure on too few samples shows instead of its value.
 pub fn few(e: &Estimate) -> String {
-    format!("n/a (too few: {})", e.n)
+    if e.boots > 0 {
+        format!("n/a (too few: {} boots)", e.boots)
+    } else {
+        format!("n/a (too few: {})", e.n)
+    }
 }
 
 pub fn show_delta(e: Option<Estimate>) -> String {
@@ -168,7 +182,7 @@ mod tests {
     use super::*;
 
     fn e(value: f64, lo: f64, hi: f64, n: usize) -> Estimate {
-        Estimate { value, lo, hi, n }
+        Estimate { value, lo, hi, n, boots: 0 }
     }
 
     #[test]
@@ -207,6 +221,10 @@ mod tests {
         let point = e(-1.3, -1.3, -1.3, 1);
         assert_eq!(mark(seed_dir(-3.6), Some(lab_dir(&point))), "?");
         assert_eq!(show_delta(Some(point)), "n/a (too few: 1)");
+        // Resampled over boots, the boots count: 30 samples from 3 boots are 3.
+        let three_boots = Estimate { boots: 3, ..e(-9.6, -11.1, -7.8, 30) };
+        assert_eq!(mark(seed_dir(-13.1), Some(lab_dir(&three_boots))), "?");
+        assert_eq!(show_delta(Some(three_boots)), "n/a (too few: 3 boots)");
         let enough = e(-9.6, -11.1, -7.8, MIN_SAMPLES);
         assert_eq!(mark(seed_dir(-13.1), Some(lab_dir(&enough))), "✓");
         assert_eq!(show_delta(Some(enough)), "-9.6% [-11.1, -7.8]");
