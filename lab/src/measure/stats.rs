@@ -94,19 +94,28 @@ fn percentile_interval(values: &mut [f64]) -> (f64, f64) {
     (lo, hi)
 }
 
+/// The 95% percentile interval of `BOOTSTRAP_ITERS` replicates from a generator seeded
+/// with `seed` (a replicate of None is dropped).
+fn interval(seed: u64, mut replicate: impl FnMut(&mut Prng) -> Option<f64>) -> (f64, f64) {
+    let mut rng = Prng::seed_from_u64(seed);
+    let mut values: Vec<f64> = (0..BOOTSTRAP_ITERS).filter_map(|_| replicate(&mut rng)).collect();
+    percentile_interval(&mut values)
+}
+
+/// `y` against `x` in percent; None for `x` zero.
+fn change_pct(x: f64, y: f64) -> Option<f64> {
+    (x != 0.0).then(|| (y - x) / x * 100.0)
+}
+
 /// Median of `samples` with a 95% bootstrap interval.
 pub fn median_ci(samples: &[f64]) -> Option<Estimate> {
     let xs = sorted(samples);
     let value = median(&xs)?;
-    let mut rng = Prng::seed_from_u64(SEED);
     let mut buf = Vec::with_capacity(xs.len());
-    let mut meds: Vec<f64> = (0..BOOTSTRAP_ITERS)
-        .map(|_| {
-            resample(&mut rng, &xs, &mut buf);
-            median(&buf).unwrap_or(f64::NAN)
-        })
-        .collect();
-    let (lo, hi) = percentile_interval(&mut meds);
+    let (lo, hi) = interval(SEED, |rng| {
+        resample(rng, &xs, &mut buf);
+        Some(median(&buf).unwrap_or(f64::NAN))
+    });
     Some(Estimate { value, lo, hi, n: xs.len(), boots: 0 })
 }
 
@@ -114,22 +123,13 @@ pub fn median_ci(samples: &[f64]) -> Option<Estimate> {
 /// interval (both groups resampled independently).
 pub fn delta_pct_ci(base: &[f64], other: &[f64]) -> Option<Estimate> {
     let (b, o) = (sorted(base), sorted(other));
-    let (mb, mo) = (median(&b)?, median(&o)?);
-    if mb == 0.0 {
-        return None;
-    }
-    let value = (mo - mb) / mb * 100.0;
-    let mut rng = Prng::seed_from_u64(SEED ^ 0xd1);
+    let value = change_pct(median(&b)?, median(&o)?)?;
     let (mut bb, mut ob) = (Vec::with_capacity(b.len()), Vec::with_capacity(o.len()));
-    let mut deltas: Vec<f64> = (0..BOOTSTRAP_ITERS)
-        .filter_map(|_| {
-            resample(&mut rng, &b, &mut bb);
-            resample(&mut rng, &o, &mut ob);
-            let (x, y) = (median(&bb)?, median(&ob)?);
-            (x != 0.0).then(|| (y - x) / x * 100.0)
-        })
-        .collect();
-    let (lo, hi) = percentile_interval(&mut deltas);
+    let (lo, hi) = interval(SEED ^ 0xd1, |rng| {
+        resample(rng, &b, &mut bb);
+        resample(rng, &o, &mut ob);
+        change_pct(median(&bb)?, median(&ob)?)
+    });
     Some(Estimate { value, lo, hi, n: b.len().min(o.len()), boots: 0 })
 }
 
@@ -155,15 +155,11 @@ pub fn median_ci_boots(boots: &[Vec<f64>]) -> Option<Estimate> {
     let boots = boots_with_samples(boots);
     let all: Vec<f64> = boots.concat();
     let value = median(&all)?;
-    let mut rng = Prng::seed_from_u64(SEED ^ 0xb0);
     let mut buf = Vec::with_capacity(all.len());
-    let mut meds: Vec<f64> = (0..BOOTSTRAP_ITERS)
-        .map(|_| {
-            resample_boots(&mut rng, &boots, &mut buf);
-            median(&buf).unwrap_or(f64::NAN)
-        })
-        .collect();
-    let (lo, hi) = percentile_interval(&mut meds);
+    let (lo, hi) = interval(SEED ^ 0xb0, |rng| {
+        resample_boots(rng, &boots, &mut buf);
+        Some(median(&buf).unwrap_or(f64::NAN))
+    });
     Some(Estimate { value, lo, hi, n: all.len(), boots: boots.len() })
 }
 
@@ -172,22 +168,13 @@ pub fn median_ci_boots(boots: &[Vec<f64>]) -> Option<Estimate> {
 pub fn delta_pct_ci_boots(base: &[Vec<f64>], other: &[Vec<f64>]) -> Option<Estimate> {
     let (b, o) = (boots_with_samples(base), boots_with_samples(other));
     let (ab, ao) = (b.concat(), o.concat());
-    let (mb, mo) = (median(&ab)?, median(&ao)?);
-    if mb == 0.0 {
-        return None;
-    }
-    let value = (mo - mb) / mb * 100.0;
-    let mut rng = Prng::seed_from_u64(SEED ^ 0xb1);
+    let value = change_pct(median(&ab)?, median(&ao)?)?;
     let (mut bb, mut ob) = (Vec::with_capacity(ab.len()), Vec::with_capacity(ao.len()));
-    let mut deltas: Vec<f64> = (0..BOOTSTRAP_ITERS)
-        .filter_map(|_| {
-            resample_boots(&mut rng, &b, &mut bb);
-            resample_boots(&mut rng, &o, &mut ob);
-            let (x, y) = (median(&bb)?, median(&ob)?);
-            (x != 0.0).then(|| (y - x) / x * 100.0)
-        })
-        .collect();
-    let (lo, hi) = percentile_interval(&mut deltas);
+    let (lo, hi) = interval(SEED ^ 0xb1, |rng| {
+        resample_boots(rng, &b, &mut bb);
+        resample_boots(rng, &o, &mut ob);
+        change_pct(median(&bb)?, median(&ob)?)
+    });
     Some(Estimate { value, lo, hi, n: ab.len().min(ao.len()), boots: b.len().min(o.len()) })
 }
 
