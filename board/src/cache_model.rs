@@ -8,7 +8,7 @@
 //! `ipc_1024 = 1`, and an override of `ps_per_insn` scales the cache costs with it, so they
 //! stay in proportion to instruction time. DRAM's ns become cycles at `max_mhz`.
 
-use lab_cache_model::{Config, Costs, CpuConfig, Cycles, Geometry};
+use lab_cache_model::{Config, Costs, CpuConfig, Cycles, Geometry, L2Policy};
 
 use crate::error::{BoardError, Ctx};
 use crate::model::{Cache, Cluster, Timing};
@@ -53,6 +53,22 @@ fn cycles(cx: &Ctx<'_>, name: &str, f: &CyclesFile, dram_ns: f64, cluster: &Clus
     Ok(Cycles { l1d: f.l1d, l2: f.l2, l3: f.l3, same_cluster: f.same_cluster, cross_cluster: f.cross_cluster, dram })
 }
 
+/// How the core's L2 holds its L1D's lines, from its Technical Reference Manual (see
+/// [`L2Policy`]); the model knows the two cores the boards use.
+fn l2_policy(cx: &Ctx<'_>, core: &str, i: usize) -> Result<L2Policy, BoardError> {
+    match core {
+        "cortex-a76" => Ok(L2Policy::Inclusive),
+        "cortex-a55" => Ok(L2Policy::Exclusive),
+        other => Err(cx.err(
+            format!("clusters[{i}].core"),
+            format!(
+                "{other:?}: the cache model knows the L2 of cortex-a76 (inclusive) and cortex-a55 (exclusive) only"
+            ),
+            "use one of those, or add the core's L2 policy from its TRM to board/src/cache_model.rs",
+        )),
+    }
+}
+
 /// Checks `[cache_model]` against the clusters, their caches and `[timing]`.
 pub(crate) fn validate(
     cx: &Ctx<'_>,
@@ -92,10 +108,11 @@ pub(crate) fn validate(
         let (l1d, l2) =
             (geometry(cx, c.l1d, &format!("clusters[{i}].l1d"))?, geometry(cx, c.l2, &format!("clusters[{i}].l2"))?);
         line_bytes = line_bytes.or(c.l1d.map(|x| x.line_bytes));
+        let l2_policy = l2_policy(cx, &c.core, i)?;
         for &cpu in &c.cpus {
             let ps_per_cycle = timing.cpu_ps_per_insn[cpu as usize] as f64 * f64::from(c.capacity_dmips_mhz) / 1024.0;
             let cost_ps = Costs::from_cycles(&lat, ps_per_cycle);
-            cpus[cpu as usize] = Some(CpuConfig { cluster: i as u32, l1d, l2, cost_ps });
+            cpus[cpu as usize] = Some(CpuConfig { cluster: i as u32, l1d, l2, l2_policy, cost_ps });
         }
     }
     let cfg = Config { line_bytes: line_bytes.unwrap_or(64), l3, cpus: cpus.into_iter().flatten().collect() };
@@ -125,6 +142,12 @@ mod tests {
         let (silver, gold, prime) = (&m.cpus[0], &m.cpus[4], &m.cpus[7]);
         assert_eq!((silver.cluster, gold.cluster, prime.cluster), (0, 1, 2));
         assert_eq!((silver.l1d.size_kib, silver.l2.size_kib, prime.l2.size_kib), (32, 128, 512));
+        // The A55's L2 is exclusive of its L1D, the A76's inclusive (their TRMs).
+        use lab_cache_model::L2Policy;
+        assert_eq!(
+            (silver.l2_policy, gold.l2_policy, prime.l2_policy),
+            (L2Policy::Exclusive, L2Policy::Inclusive, L2Policy::Inclusive)
+        );
         // DRAM is the board's ns on every core at ipc_1024 = 1 (within the rounding of
         // ps_per_insn to whole picoseconds), less the L1D hit the instruction includes.
         for c in [silver, gold, prime] {
@@ -165,5 +188,10 @@ mod tests {
         assert!(e.fix.contains("silver"), "{e}");
         let e = sa8155p_with(&format!("[cache_model]\ndram_ns = 0\n[cache_model.cycles]\n{c}")).unwrap_err();
         assert_eq!(e.field, "cache_model.dram_ns");
+        // A core whose L2 policy the model does not know is named, not guessed.
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/sa8155p.toml");
+        let text = std::fs::read_to_string(path).unwrap().replacen("core = \"cortex-a55\"", "core = \"cortex-a53\"", 1);
+        let e = Board::from_str_named(&text, "board/sa8155p.toml").unwrap_err();
+        assert!(e.to_string().contains("cortex-a53") && e.field.ends_with("core"), "{e}");
     }
 }

@@ -238,7 +238,7 @@ fn icount_boots_two_at_once_match_one_at_a_time_byte_for_byte() {
         assert_ok(a);
         assert_ok(b);
         for f in ["results.jsonl", "console.log"] {
-            let read = |o: &Outcome| std::fs::read(o.dir.join(f)).unwrap();
+            let read = |o: &lab::harness::outcome::Outcome| std::fs::read(o.dir.join(f)).unwrap();
             assert!(read(a) == read(b), "{f} differs: {} (-j 1) and {} (-j 2)", a.dir.display(), b.dir.display());
         }
     }

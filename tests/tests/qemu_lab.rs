@@ -105,3 +105,44 @@ fn hicount_runs_are_bit_identical() {
         }
     }
 }
+
+/// Another QEMU `-seed` is another boot of the same machine (`reproduce --model --boots N`):
+/// the same seed repeats itself byte for byte, another one interleaves the guest differently,
+/// and nothing else changes: the kernel, board, plan, command line and the timing model's
+/// `-icount` argument are the same.
+fn seeds_are_other_boots_of_the_same_machine(base: RunOpts) {
+    let with = |seed| run_and_report(&RunOpts { qemu_seed: seed, ..base.clone() }).unwrap();
+    let (a, again, other) = (with(1), with(1), with(2));
+    let read = |o: &Outcome, f: &str| std::fs::read(o.dir.join(f)).unwrap();
+    for o in [&a, &again, &other] {
+        assert!(o.ok(), "{}", summary(o));
+    }
+    assert!(read(&a, "results.jsonl") == read(&again, "results.jsonl"), "-seed 1 twice differs");
+    assert!(read(&a, "results.jsonl") != read(&other, "results.jsonl"), "-seed 2 gave the same results as -seed 1");
+    let manifest = |o: &Outcome| -> serde_json::Value { serde_json::from_slice(&read(o, "manifest.json")).unwrap() };
+    let (ma, mo) = (manifest(&a), manifest(&other));
+    for k in ["kernel_key", "board_file_sha256", "qemu_key", "plan", "cmdline", "tcg"] {
+        assert_eq!(ma[k], mo[k], "{k}");
+    }
+    let arg = |m: &serde_json::Value, flag: &str| {
+        let r = m["reproducer"].as_str().unwrap().to_string();
+        r.split_whitespace().skip_while(|w| *w != flag).nth(1).map(str::to_string)
+    };
+    assert_eq!(arg(&ma, "-icount"), arg(&mo, "-icount"));
+    assert_eq!((arg(&ma, "-seed").as_deref(), arg(&mo, "-seed").as_deref()), (Some("1"), Some("2")));
+}
+
+#[test]
+fn hicount_seeds_are_other_boots_of_the_same_machine() {
+    seeds_are_other_boots_of_the_same_machine(hicount("bench-quick"));
+}
+
+/// The same with the system QEMU's `--tcg icount` (no lab QEMU needed).
+#[test]
+fn icount_seeds_are_other_boots_of_the_same_machine() {
+    seeds_are_other_boots_of_the_same_machine(RunOpts {
+        plan: "bench-quick".into(),
+        tcg: Tcg::Icount,
+        ..Default::default()
+    });
+}

@@ -4,7 +4,7 @@
 
 use lab::harness::opts::RunOpts;
 use lab::harness::outcome::Outcome;
-use lab::report::{self as run, summary::summary};
+use lab::report::{run_and_report, summary::summary};
 use labproto::Status;
 
 fn sched_sync(flavor: &str) -> Outcome {
@@ -16,7 +16,7 @@ fn sched_sync(flavor: &str) -> Outcome {
         tcg: lab::harness::qemu::Tcg::Icount,
         ..Default::default()
     };
-    let out = run::run(&o).unwrap();
+    let out = run_and_report(&o).unwrap();
     assert!(out.ok(), "sched-sync failed on {flavor}:\n{}", summary(&out));
     out
 }

@@ -31,7 +31,7 @@ fn service(name: &str, script: &str, ready: Option<Ready>) -> Step {
 #[test]
 fn services_plan_passes() {
     let plan = load_plan("services").unwrap();
-    let o = report::run_plan(&plan, &RunOpts::default()).unwrap();
+    let o = report::run_plan_and_report(&plan, &RunOpts::default()).unwrap();
     assert!(o.ok(), "{}", summary(&o));
     for s in ["file-server", "announcer"] {
         assert_eq!(case(&o, s, "ready").0, Status::Pass);
@@ -57,7 +57,7 @@ fn service_and_step_failures_in_plain_words() {
         ],
         ..Default::default()
     };
-    let o = report::run_plan(&plan, &RunOpts::default()).unwrap();
+    let o = report::run_plan_and_report(&plan, &RunOpts::default()).unwrap();
     // A service that never gets ready is a timeout, the worst of the three.
     assert_eq!(o.exit(), Exit::Timeout, "{}", summary(&o));
     let (st, msg) = case(&o, "crasher", "stopped");

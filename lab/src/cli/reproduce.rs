@@ -30,6 +30,10 @@ pub struct ModelArgs {
     /// the profile's].
     #[arg(long, requires = "model")]
     pub iterations: Option<usize>,
+    /// With --model: boots per mode and workload, each with another QEMU `-seed` [default: 5,
+    /// the fewest a figure needs for a mark].
+    #[arg(long, requires = "model")]
+    pub boots: Option<usize>,
 }
 
 pub fn run(profile: Profile, out: Option<PathBuf>, only: &[String], model: &ModelArgs, args: &RunArgs) -> Result<Exit> {
@@ -56,7 +60,12 @@ fn run_model(profile: Profile, out: &Path, only: &[String], model: &ModelArgs, a
         if model.modes.is_empty() { crate::measure::model::DEFAULT_MODES.to_vec() } else { model.modes.clone() };
     let reps = model.reps.unwrap_or(reproduce::Sizes::of(profile).bench_reps);
     let (runs, text) = crate::measure::model::reproduce(
-        crate::measure::model::Size { profile, reps, iterations: model.iterations },
+        crate::measure::model::Size {
+            profile,
+            reps,
+            iterations: model.iterations,
+            boots: model.boots.unwrap_or(crate::measure::model::DEFAULT_BOOTS),
+        },
         &modes,
         &args.measure_opts("bench")?,
         out,

@@ -21,6 +21,10 @@ pub struct RunOpts {
     pub flavor: String,
     pub tcg: Tcg,
     pub icount_shift: u32,
+    /// QEMU's `-seed` under `--tcg icount|hicount`: the guest's entropy (the DTB's rng-seed
+    /// and kaslr-seed, so the kernel's RNG, hash seeds, address randomisation), fixed per
+    /// seed. Another seed is another boot of the same machine; nothing of the timing model.
+    pub qemu_seed: u32,
     /// Extra files for the initramfs (e.g. the user's own static binder clients).
     pub overlay: Option<PathBuf>,
     /// Debian arm64 packages unpacked into the initramfs with their dependencies (`--deb`),
@@ -77,6 +81,7 @@ impl Default for RunOpts {
             // Boots fastest here: 8 vCPU threads on a 2-core host contend under MTTCG.
             tcg: Tcg::Single,
             icount_shift: 3,
+            qemu_seed: 1,
             overlay: None,
             debs: vec![],
             boot_timeout: Duration::from_secs(DEFAULT_BOOT_TIMEOUT_S),

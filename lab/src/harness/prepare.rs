@@ -151,6 +151,7 @@ pub fn vm_spec(p: &Prepared, opts: &RunOpts, dir: &Path, console: Console) -> Re
         append: append.join(" "),
         tcg: opts.tcg,
         icount_shift: opts.icount_shift,
+        seed: opts.qemu_seed,
         console,
         results: (console == Console::Pipe).then(|| dir.join("results.jsonl")),
         qmp: Some(sockets.socket(QMP_SOCKET)),

@@ -60,6 +60,8 @@ pub struct VmSpec {
     pub append: String,
     pub tcg: Tcg,
     pub icount_shift: u32,
+    /// `-seed` under deterministic TCG.
+    pub seed: u32,
     pub console: Console,
     /// File that receives the guest's result port.
     pub results: Option<PathBuf>,
@@ -206,7 +208,8 @@ impl VmSpec {
             // Repeatable runs. The RTC starts at a fixed date and follows guest time; there is
             // no host entropy device; and -seed makes QEMU's guest-visible randomness a fixed
             // PRNG (without it identical runs still diverge).
-            v.extend(["-rtc", "base=2026-01-01T00:00:00,clock=vm", "-seed", "1"].map(String::from));
+            v.extend(["-rtc", "base=2026-01-01T00:00:00,clock=vm", "-seed"].map(String::from));
+            v.push(self.seed.to_string());
         } else {
             // The RNG keeps early getrandom() from blocking.
             v.extend(["-device", "virtio-rng-device"].map(String::from));
@@ -565,6 +568,7 @@ mod tests {
             append: "console=ttyAMA0 quiet".into(),
             tcg: Tcg::Multi,
             icount_shift: 0,
+            seed: 1,
             console: Console::Pipe,
             results: Some("/r/results.jsonl".into()),
             qmp: Some("/r/qmp.sock".into()),
@@ -634,6 +638,9 @@ mod tests {
         let a = s.argv();
         assert!(has_pair(&a, "-icount", "shift=0,sleep=off,align=off,cpu-ps=1175:1175:413:352,quantum=5000"));
         assert!(has_pair(&a, "-seed", "1") && !s.has_result_port());
+        // Another boot of the model (`reproduce --model --boots N`) is another seed.
+        s.seed = 3;
+        assert!(has_pair(&s.argv(), "-seed", "3"));
     }
 
     #[test]

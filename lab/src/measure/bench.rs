@@ -142,16 +142,14 @@ pub fn interleaved(name: &str, reps: usize, jobs: &[Job], modes: &[(u32, Vec<Str
 
 fn cell(rows: &BTreeMap<String, Row>, metric: &str, mode: u32, digits: usize, unit: &str) -> String {
     match rows.get(metric).and_then(|r| r.per_mode.get(&mode)) {
+        Some(e) if crate::measure::table::too_few(e) => crate::measure::table::few(e),
         Some(e) => format!("{:.d$}{unit} [{:.d$}, {:.d$}]", e.value, e.lo, e.hi, d = digits),
         None => "n/a".into(),
     }
 }
 
 fn delta(rows: &BTreeMap<String, Row>, metric: &str, mode: u32) -> String {
-    match rows.get(metric).and_then(|r| r.delta_pct.get(&mode)) {
-        Some(e) => format!("{:+.1}% [{:+.1}, {:+.1}]", e.value, e.lo, e.hi),
-        None => "n/a".into(),
-    }
+    crate::measure::table::show_delta(rows.get(metric).and_then(|r| r.delta_pct.get(&mode)).copied())
 }
 
 const TIERS: [(&str, &str); 3] =

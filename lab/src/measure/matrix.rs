@@ -6,6 +6,7 @@ use crate::harness::outcome::Outcome;
 use crate::measure::bench::{self, Config, Profile};
 use crate::measure::reproduce::{lab_dir, mark, seed_dir, seeds, Seeds, LEGEND};
 use crate::measure::samples::{collect, summarise, Row};
+use crate::measure::table::show_delta;
 use anyhow::{Context, Result};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -34,7 +35,7 @@ pub fn label(c: &Config) -> String {
 fn cell(rows: &BTreeMap<String, Row>, metric: &str, mode: u32, seed_pct: Option<f64>) -> String {
     let Some(e) = rows.get(metric).and_then(|r| r.delta_pct.get(&mode)) else { return "n/a".into() };
     let m = seed_pct.map(|s| mark(seed_dir(s), Some(lab_dir(e)))).unwrap_or(" ");
-    format!("{:+.1}% [{:+.1}, {:+.1}] {m}", e.value, e.lo, e.hi)
+    format!("{} {m}", show_delta(Some(*e)))
 }
 
 /// One row per (metric, patch): the lab's Δ in each configuration with its mark, after the
@@ -110,7 +111,7 @@ mod tests {
 
     #[test]
     fn table_marks_each_configuration() {
-        let e = |v: f64| Estimate { value: v, lo: v - 1.0, hi: v + 1.0, n: 5 };
+        let e = |v: f64| Estimate { value: v, lo: v - 1.0, hi: v + 1.0, n: 5, boots: 0 };
         let row = |d: f64| Row { per_mode: [(0, e(50.0))].into(), delta_pct: [(1, e(d)), (2, e(d))].into() };
         let up: BTreeMap<String, Row> = [("throughput.iterations_per_sec".to_string(), row(5.0))].into();
         let down: BTreeMap<String, Row> = [("throughput.iterations_per_sec".to_string(), row(-5.0))].into();

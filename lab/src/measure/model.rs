@@ -3,9 +3,14 @@
 //!
 //! The cache plugin writes its counters once, when QEMU exits, so each CTABS mode and each
 //! workload gets its own boot: that is what gives the seed's "Cache refs" and "Cache misses"
-//! rows a value per mode. The emulation is deterministic, so separate boots do not need the
-//! interleaving that protects `bench` from host drift. One extra boot that only checks the
-//! topology gives the boot's own counters, which are subtracted.
+//! rows a value per mode. One extra boot that only checks the topology gives the boot's own
+//! counters, which are subtracted.
+//!
+//! A boot is deterministic: it repeats itself exactly, so repetitions inside one boot show
+//! only the variation inside it. Every mode therefore runs in several boots that differ in
+//! QEMU's `-seed` (the guest's entropy: its RNG, hash seeds and address randomisation; no
+//! parameter of the timing model), the modes interleaved within each boot number, and the
+//! intervals resample boots and then the repetitions inside them.
 
 use crate::harness::opts::RunOpts;
 use crate::harness::outcome::Outcome;
@@ -13,11 +18,12 @@ use crate::harness::prepare::CACHE_COUNTERS;
 use crate::harness::qemu::Tcg;
 use crate::measure::bench::{self, Job, Profile};
 use crate::measure::reproduce::{self, Seeds};
-use crate::measure::samples::{self, Row, Samples};
-use crate::measure::table::{est, lab_dir, mark, pct, seed_dir, show, show_delta, show_in, LEGEND};
+use crate::measure::samples::{self, BootSamples, Row, Samples};
+use crate::measure::stats;
+use crate::measure::table::{big, est, lab_dir, mark, pct, seed_dir, show, show_delta, show_in, LEGEND};
 use crate::report::run_plan_and_report;
 use anyhow::{bail, Context, Result};
-use labproto::{Event, Plan, Step};
+use labproto::{Plan, Step};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -29,7 +35,8 @@ pub const DEFAULT_MODES: [u32; 4] = [0, 1, 2, 3];
 /// The seed-000 workloads the model runs (seed 002's sendvec is not seed 000's).
 const WORKLOADS: [&str; 2] = ["throughput", "tiers"];
 /// The cache plugin's per-CPU counters kept as metrics (`<bench>.cache.<counter>`).
-const COUNTERS: [&str; 9] = [
+/// The access counters count loads and stores; `charged_*` the loads charged at each place.
+const COUNTERS: [&str; 15] = [
     "l1d_refs",
     "l1d_misses",
     "l2_misses",
@@ -37,6 +44,12 @@ const COUNTERS: [&str; 9] = [
     "l3_misses",
     "same_cluster_transfers",
     "cross_cluster_transfers",
+    "clean_snoops",
+    "charged_l2",
+    "charged_l3",
+    "charged_same_cluster",
+    "charged_cross_cluster",
+    "charged_dram",
     "charged_ns",
     "l2_refs",
 ];
@@ -49,6 +62,11 @@ const SEED_CACHE_ROWS: [(&str, &str); 2] =
 /// What `--model` means: the lab QEMU, its timing model and the cache cost plugin.
 pub fn opts(base: &RunOpts) -> RunOpts {
     RunOpts { qemu: crate::kbuild::qemu::Choice::Lab, tcg: Tcg::Hicount, cache: true, ..base.clone() }
+}
+
+/// QEMU's `-seed` of boot number `boot` (from 0): boot 0 is the single boot of before.
+pub fn seed_of(boot: usize) -> u32 {
+    boot as u32 + 1
 }
 
 /// One workload of the profile under one mode, `reps` times, in its own boot.
@@ -89,36 +107,44 @@ fn put_counters(s: &mut Samples, bench: &str, mode: u32, run: &BTreeMap<String, 
 
 /// The finished runs of one model reproduction.
 pub struct ModelRuns {
-    pub boot: Outcome,
-    /// (bench, mode, outcome).
-    pub runs: Vec<(String, u32, Outcome)>,
+    /// The boot alone, by boot number.
+    pub boots: Vec<Outcome>,
+    /// (bench, mode, boot number, outcome).
+    pub runs: Vec<(String, u32, usize, Outcome)>,
 }
 
 impl ModelRuns {
     pub fn outcomes(&self) -> impl Iterator<Item = &Outcome> {
-        std::iter::once(&self.boot).chain(self.runs.iter().map(|(_, _, o)| o))
+        self.boots.iter().chain(self.runs.iter().map(|(_, _, _, o)| o))
     }
 
-    /// Every sample: the programs' results and each boot's net cache counters.
-    pub fn samples(&self) -> Result<Samples> {
-        let events: Vec<Event> = self.runs.iter().flat_map(|(_, _, o)| o.events.iter().cloned()).collect();
-        let mut s = samples::collect(&events);
-        let boot = counters(&self.boot.dir)?;
-        for (bench, mode, o) in &self.runs {
-            put_counters(&mut s, bench, *mode, &counters(&o.dir)?, &boot);
+    /// Every sample by boot: the programs' results and each boot's cache counters net of
+    /// the boot alone with the same seed.
+    pub fn samples(&self) -> Result<BootSamples> {
+        let mut all = BootSamples::new();
+        for (bench, mode, b, o) in &self.runs {
+            let alone = self.boots.get(*b).with_context(|| format!("no boot-alone run for boot {b}"))?;
+            let mut s = samples::collect(&o.events);
+            put_counters(&mut s, bench, *mode, &counters(&o.dir)?, &counters(&alone.dir)?);
+            samples::add_boot(&mut all, *b, &s);
         }
-        Ok(s)
+        Ok(all)
     }
 }
 
-/// How much the model runs: the profile's workloads, `reps` repetitions per mode, and
-/// optionally another `-i` (iterations per throughput worker, per tiers run).
+/// How much the model runs: the profile's workloads, `boots` boots per mode and workload,
+/// `reps` repetitions in each, and optionally another `-i` (iterations per throughput
+/// worker, per tiers run).
 #[derive(Clone, Copy, Debug, Serialize)]
 pub struct Size {
     pub profile: Profile,
     pub reps: usize,
     pub iterations: Option<usize>,
+    pub boots: usize,
 }
+
+/// Boots per mode by default: as many as a figure needs to get a mark.
+pub const DEFAULT_BOOTS: usize = crate::measure::table::MIN_SAMPLES;
 
 /// The profile's seed-000 jobs, with `-i` replaced when `iterations` is given.
 fn jobs(size: Size) -> Vec<Job> {
@@ -150,35 +176,60 @@ fn run_once_more(plan: &Plan, opts: &RunOpts) -> Result<Outcome> {
     Ok(second)
 }
 
-/// Runs seed 000's workloads on the model: the boot alone, then each mode and workload in its
-/// own boot, `size.reps` repetitions each.
+/// The modes in the order boot number `boot` runs them: rotated by one each boot, so no mode
+/// always comes first.
+fn mode_order(modes: &[u32], boot: usize) -> Vec<u32> {
+    let mut m = modes.to_vec();
+    if !m.is_empty() {
+        let k = boot % m.len();
+        m.rotate_left(k);
+    }
+    m
+}
+
+/// Runs seed 000's workloads on the model, `size.boots` times: per boot number (QEMU's
+/// `-seed`), the boot alone, then each mode and workload in its own boot, `size.reps`
+/// repetitions each.
 pub fn run(size: Size, modes: &[u32], base: &RunOpts) -> Result<ModelRuns> {
     let reps = size.reps;
     if let Some(m) = modes.iter().find(|m| **m > 3) {
         bail!("--modes {m}: the CTABS modes are 0 (Baseline), 1 (Patch 1/2), 2 (Patch 2/2) and 3 (wake on the caller's CPU)");
     }
-    if reps == 0 || size.iterations == Some(0) {
-        bail!("--reps 0 or --iterations 0: the model needs at least one repetition and one iteration");
+    if reps == 0 || size.iterations == Some(0) || size.boots == 0 {
+        bail!("--reps 0, --boots 0 or --iterations 0: the model needs at least one boot, repetition and iteration");
     }
-    let opts = opts(base);
     crate::support::progress::note(format!(
-        "model: the boot alone (its cache counters are subtracted from every run), then {} in CTABS modes {modes:?}, \
-         one boot each, {reps} repetitions",
+        "model: {} boots (QEMU -seed 1..={}), each the boot alone (its cache counters are subtracted), then {} \
+         in CTABS modes {modes:?}, {reps} repetitions",
+        size.boots,
+        size.boots,
         WORKLOADS.join(" and ")
     ));
-    // (bench, mode) of each workload boot, after the boot alone.
-    let mut boots: Vec<(Option<(String, u32)>, Plan)> = vec![(None, boot_plan())];
-    for &m in modes {
-        boots.extend(jobs(size).iter().map(|job| (Some((job.bench.to_string(), m)), plan(job, m, reps))));
+    // Every run of every boot number, in the order -j 1 runs them.
+    let mut items: Vec<BootRun> = vec![];
+    for b in 0..size.boots {
+        let opts = RunOpts { qemu_seed: seed_of(b), ..opts(base) };
+        items.push((b, None, boot_plan(), opts.clone()));
+        for m in mode_order(modes, b) {
+            for job in &jobs(size) {
+                items.push((b, Some((job.bench.to_string(), m)), plan(job, m, reps), opts.clone()));
+            }
+        }
     }
-    let mut done =
-        crate::harness::boots::each(&opts, &boots, |(_, p)| p.name.clone(), |(_, p)| run_once_more(p, &opts))?
-            .into_iter()
-            .zip(boots.into_iter().map(|(what, _)| what));
-    let (boot, _) = done.next().context("the boot alone ran")?;
-    let runs = done.filter_map(|(o, what)| what.map(|(bench, m)| (bench, m, o))).collect();
-    Ok(ModelRuns { boot, runs })
+    let label = |(b, _, p, o): &BootRun| format!("{} (boot {}/{}, -seed {})", p.name, b + 1, size.boots, o.qemu_seed);
+    let outcomes = crate::harness::boots::each(&opts(base), &items, label, |(_, _, p, o)| run_once_more(p, o))?;
+    let (mut boots, mut runs) = (vec![], vec![]);
+    for ((b, what, ..), o) in items.into_iter().zip(outcomes) {
+        match what {
+            None => boots.push(o),
+            Some((bench, m)) => runs.push((bench, m, b, o)),
+        }
+    }
+    Ok(ModelRuns { boots, runs })
 }
+
+/// One run of a boot number: (boot, (bench, mode) or None for the boot alone, plan, options).
+type BootRun = (usize, Option<(String, u32)>, Plan, RunOpts);
 
 /// The seed's figures with the cache rows pointed at the model's counters.
 fn seeds_with_cache() -> Result<Seeds> {
@@ -329,8 +380,129 @@ struct ResultsFile<'a> {
     modes: &'a [u32],
     board_sha256: &'a str,
     metrics: &'a BTreeMap<String, Row>,
-    samples: &'a Samples,
+    /// metric -> mode -> per boot number its samples.
+    samples: &'a BootSamples,
     runs: Vec<String>,
+}
+
+/// The seed-000 rows' metrics: each tier's average latency and the throughput rows.
+fn table_metrics(seeds: &Seeds) -> Vec<(String, String)> {
+    let tiers = seeds
+        .seed000
+        .tiers
+        .iter()
+        .map(|r| (format!("{} {}", r.class, r.tier), format!("tiers.{}.{}.avg_ms", r.class, r.tier)));
+    let tput =
+        seeds.seed000.throughput.iter().filter(|r| !r.metric.is_empty()).map(|r| (r.name.clone(), r.metric.clone()));
+    tiers.chain(tput).collect()
+}
+
+/// Calls behind a figure of `metric` in `mode`: for a tier's average, the calls of that tier
+/// in the repetitions that count (at least TIER_MIN_CALLS); for binder-throughput's, every
+/// worker's iterations of every repetition.
+fn calls(samples: &BootSamples, metric: &str, mode: u32, workers_iters: u64) -> Option<u64> {
+    let values = |m: &str| samples.get(m).and_then(|b| b.get(&mode)).map(|b| b.concat());
+    if let Some(prefix) = metric.strip_suffix(".avg_ms").filter(|p| p.starts_with("tiers.")) {
+        let counts = values(&format!("{prefix}.count"))?;
+        return Some(counts.iter().filter(|c| **c >= samples::TIER_MIN_CALLS).sum::<f64>() as u64);
+    }
+    let reps = values("throughput.iterations_per_sec")?.len() as u64;
+    (!metric.contains(".cache.")).then_some(reps * workers_iters)
+}
+
+/// Per row and mode: boots, samples and calls each figure rests on.
+fn basis(seeds: &Seeds, samples: &BootSamples, rows: &BTreeMap<String, Row>, modes: &[u32], size: Size) -> String {
+    // binder-throughput's -w and -i: calls per repetition.
+    let argv = jobs(size).into_iter().find(|j| j.bench == "throughput").map(|j| j.argv).unwrap_or_default();
+    let arg = |k: &str| argv.iter().position(|a| a == k).and_then(|i| argv.get(i + 1)?.parse::<u64>().ok());
+    let per_rep = arg("-w").unwrap_or(1) * arg("-i").unwrap_or(0);
+    let mut s = String::new();
+    let _ = write!(s, "{:<28}", "row");
+    for m in modes {
+        let _ = write!(s, " {:>30}", format!("mode {m}: boots / values / calls"));
+    }
+    let _ = writeln!(s);
+    for (name, metric) in table_metrics(seeds) {
+        let _ = write!(s, "{name:<28}");
+        for &m in modes {
+            let cell = match est(rows, &metric, m) {
+                Some(e) => {
+                    let c = calls(samples, &metric, m, per_rep).map_or("-".to_string(), |c| c.to_string());
+                    format!("{} / {} / {c}", e.boots, e.n)
+                }
+                None => "0 / 0 / 0".into(),
+            };
+            let _ = write!(s, " {cell:>30}");
+        }
+        let _ = writeln!(s);
+    }
+    s
+}
+
+/// The metrics whose boot-to-boot spread the report shows.
+const SPREAD: [(&str, &str); 4] = [
+    ("throughput it/s", "throughput.iterations_per_sec"),
+    ("avg latency ms", "throughput.avg_ms"),
+    ("p99 latency ms", "throughput.p99_ms"),
+    ("L1D refs", "throughput.cache.l1d_refs"),
+];
+
+/// How much one mode moves from boot to boot: each boot's median with its within-boot 95%
+/// CI (over its repetitions), and the boots together: the spread of their medians against
+/// the width of a within-boot interval.
+pub fn spread(samples: &BootSamples, rows: &BTreeMap<String, Row>, mode: u32) -> String {
+    let mut s = String::new();
+    let _ = write!(s, "{:<14}", "boot");
+    for (label, _) in SPREAD {
+        let _ = write!(s, " {label:>28}");
+    }
+    let _ = writeln!(s);
+    let boots = SPREAD.iter().filter_map(|(_, m)| Some(samples.get(*m)?.get(&mode)?.len())).max().unwrap_or(0);
+    let per_boot = |metric: &str, b: usize| samples.get(metric)?.get(&mode)?.get(b).filter(|v| !v.is_empty()).cloned();
+    for b in 0..boots {
+        let _ = write!(s, "{:<14}", format!("-seed {}", seed_of(b)));
+        for (_, metric) in SPREAD {
+            let cell = match per_boot(metric, b) {
+                Some(v) if v.len() > 1 => stats::median_ci(&v).map_or("n/a".into(), |e| e.show(3)),
+                Some(v) => format!("{:.0} (one value)", v[0]),
+                None => "n/a".into(),
+            };
+            let _ = write!(s, " {cell:>28}");
+        }
+        let _ = writeln!(s);
+    }
+    // The boots together: median and its interval over boots, the range of the boots'
+    // medians, and the median width of a within-boot interval, each in % of the median.
+    for (label, f) in [("all boots", 0), ("boot range %", 1), ("within-boot %", 2)] {
+        let _ = write!(s, "{label:<14}");
+        for (_, metric) in SPREAD {
+            let Some(all) = est(rows, metric, mode) else {
+                let _ = write!(s, " {:>28}", "n/a");
+                continue;
+            };
+            let meds: Vec<f64> = (0..boots).filter_map(|b| stats::median(&per_boot(metric, b)?)).collect();
+            let widths: Vec<f64> = (0..boots)
+                .filter_map(|b| per_boot(metric, b).filter(|v| v.len() > 1))
+                .filter_map(|v| stats::median_ci(&v))
+                .map(|e| 100.0 * (e.hi - e.lo) / all.value)
+                .collect();
+            let cell = match f {
+                0 if metric.contains(".cache.") => {
+                    format!("{} [{}, {}] ({}b)", big(all.value), big(all.lo), big(all.hi), all.boots)
+                }
+                0 => format!("{} ({}b)", all.show(3), all.boots),
+                1 if !meds.is_empty() => {
+                    let (lo, hi) = meds.iter().fold((f64::MAX, f64::MIN), |(a, b), x| (a.min(*x), b.max(*x)));
+                    format!("{:.1}", 100.0 * (hi - lo) / all.value)
+                }
+                2 => stats::median(&widths).map_or("n/a".into(), |w| format!("{w:.1}")),
+                _ => "n/a".into(),
+            };
+            let _ = write!(s, " {cell:>28}");
+        }
+        let _ = writeln!(s);
+    }
+    s
 }
 
 /// The report: header with the model's parameters, calibration targets, the seed's two
@@ -340,6 +512,7 @@ pub fn render(
     board_sha: &str,
     size: Size,
     modes: &[u32],
+    samples: &BootSamples,
     rows: &BTreeMap<String, Row>,
 ) -> Result<String> {
     let seeds = seeds_with_cache()?;
@@ -347,8 +520,12 @@ pub fn render(
     let programs: Vec<String> = jobs(size).iter().map(|j| format!("`{}`", j.argv.join(" "))).collect();
     let _ = writeln!(
         t,
-        "# Seed 000 on the timing model\n\n`--model`: `--qemu lab --tcg hicount --cache`; one boot per CTABS mode and workload, \
-         {} repetitions each of {}, modes {modes:?}; board {} (sha256 {board_sha}).\n\n{}\n{LEGEND}\n",
+        "# Seed 000 on the timing model\n\n`--model`: `--qemu lab --tcg hicount --cache`; {} boots per CTABS mode and \
+         workload (QEMU `-seed` 1 to {}: the guest's entropy, nothing of the model; modes interleaved), {} repetitions \
+         in each of {}, modes {modes:?}; board {} (sha256 {board_sha}). Intervals resample boots, then the repetitions \
+         inside them.\n\n{}\n{LEGEND}\n",
+        size.boots,
+        seed_of(size.boots.saturating_sub(1)),
         size.reps,
         programs.join(" and "),
         board.source(),
@@ -359,7 +536,7 @@ pub fn render(
     let _ = writeln!(
         t,
         "## binderThroughputTest\n\nCache rows: L1D references and refills of every CPU over the throughput boot, minus the \
-         boot alone; one deterministic boot per mode, so no CI.\n\n```\n{}```\n",
+         boot alone with the same seed: one value per boot, the interval over boots.\n\n```\n{}```\n",
         reproduce::seed000_throughput(&seeds.seed000, rows)
     );
     if modes.contains(&3) {
@@ -369,7 +546,22 @@ pub fn render(
             mode3(&seeds, rows)
         );
     }
-    let _ = writeln!(t, "## Cache model counters per mode\n\n```\n{}```", cache_detail(rows, modes));
+    let _ = writeln!(t, "## Cache model counters per mode\n\n```\n{}```\n", cache_detail(rows, modes));
+    let _ = writeln!(
+        t,
+        "## What each figure rests on\n\nBoots with a value, values (repetitions; one per boot for the cache rows) and \
+         binder calls.\n\n```\n{}```\n",
+        basis(&seeds, samples, rows, modes, size)
+    );
+    if let Some(&m) = modes.first() {
+        let _ = writeln!(
+            t,
+            "## Boot-to-boot spread (mode {m})\n\nEach boot's median with the 95% CI of its repetitions, then all \
+             boots; the range of the boots' medians and the median width of a within-boot CI, in % of the \
+             median.\n\n```\n{}```",
+            spread(samples, rows, m)
+        );
+    }
     Ok(t)
 }
 
@@ -378,10 +570,11 @@ pub fn reproduce(size: Size, modes: &[u32], base: &RunOpts, out: &Path) -> Resul
     let (board, sha) = crate::harness::opts::load_board_file(&base.board, base.smp, base.memory.as_deref())?;
     let runs = run(size, modes, base)?;
     let samples = runs.samples()?;
-    let rows = samples::summarise(&samples);
-    let text = render(&board, &sha, size, modes, &rows)?;
+    let rows = samples::summarise_boots(&samples);
+    let text = render(&board, &sha, size, modes, &samples, &rows)?;
     std::fs::create_dir_all(out)?;
     std::fs::write(out.join("model.md"), &text).context("writing model.md")?;
+    crate::measure::plots::write_tiers(out, &rows)?;
     let dirs: Vec<PathBuf> = runs.outcomes().map(|o| o.dir.clone()).collect();
     let json = serde_json::to_string_pretty(&ResultsFile {
         size,
@@ -419,15 +612,26 @@ mod tests {
         put_counters(&mut s, "throughput", 1, &counters(m1.path()).unwrap(), &b);
         assert_eq!(s["throughput.cache.l1d_refs"][&0], [2000.0]);
         assert_eq!(s["throughput.cache.l1d_misses"][&1], [60.0]);
-        let rows = samples::summarise(&s);
         let seeds = seeds_with_cache().unwrap();
-        let t = reproduce::seed000_throughput(&seeds.seed000, &rows);
-        let refs: Vec<&str> = t.lines().skip_while(|l| !l.starts_with("Cache refs")).take(2).collect();
-        // The seed's refs fell 3.6%, the model's 10.0%: filled, with a mark, not "not measurable".
-        assert!(refs[1].contains("2000") && refs[1].contains("-10.0%") && refs[1].contains('✓'), "{t}");
-        let cal = calibration(&seeds, &rows);
+        let refs_line = |s: &Samples| {
+            let t = reproduce::seed000_throughput(&seeds.seed000, &samples::summarise(s));
+            t.lines().skip_while(|l| !l.starts_with("Cache refs")).nth(1).unwrap().to_string()
+        };
+        // One boot per mode is one sample: no interval (not [-10.0, -10.0]) and no mark.
+        let cal = calibration(&seeds, &samples::summarise(&s));
         // 107 of 2000: 5.35%, not a rounded ratio times 100.
         assert!(cal.lines().last().unwrap().ends_with("5.35"), "{cal}");
+        let one = refs_line(&s);
+        assert!(one.contains("n/a (too few: 1)") && !one.contains("-10.0%") && one.ends_with("? ?"), "{one}");
+        // Five boots per mode give the interval of their spread, and a mark: the seed's refs
+        // fell 3.6%, the model's about 10%.
+        for (mode, base) in [(0, 2000.0), (1, 1800.0)] {
+            let v = s.get_mut("throughput.cache.l1d_refs").unwrap().get_mut(&mode).unwrap();
+            *v = (0..5).map(|i| base + f64::from(i)).collect();
+        }
+        let five = refs_line(&s);
+        assert!(five.contains("2002 [2000, 2004]") && five.contains("-10.0% [-10.") && five.contains('✓'), "{five}");
+
         // Without --cache there is no cache.json, and the error says what to add.
         let e = counters(Path::new("/nonexistent")).unwrap_err();
         assert!(format!("{e:#}").contains("--cache"), "{e:#}");
@@ -459,8 +663,75 @@ mod tests {
         assert_eq!(p.steps.len(), 2);
         assert!(p.steps.iter().all(|s| s.name.starts_with("throughput-m3-") && s.argv.ends_with(&bench::mode_args(3))));
         // --iterations replaces -i of both seed-000 programs, and sendvec is not run.
-        let j = jobs(Size { profile: Profile::Full, reps: 1, iterations: Some(7) });
+        let j = jobs(Size { profile: Profile::Full, reps: 1, iterations: Some(7), boots: 1 });
         let argv: Vec<String> = j.iter().map(|j| j.argv.join(" ")).collect();
         assert_eq!(argv, ["/bin/binder-throughput -w 8 -i 7", "/bin/binder-tiers -i 7"]);
+    }
+
+    #[test]
+    fn boots_differ_in_seed_and_interleave_the_modes() {
+        assert_eq!((seed_of(0), seed_of(4)), (1, 5), "boot 0 is the single boot of before");
+        let orders: Vec<Vec<u32>> = (0..4).map(|b| mode_order(&[0, 1, 2, 3], b)).collect();
+        assert_eq!(orders[0], [0, 1, 2, 3]);
+        assert_eq!(orders[1], [1, 2, 3, 0]);
+        // Each mode comes first in one boot of four.
+        let firsts: std::collections::BTreeSet<u32> = orders.iter().map(|o| o[0]).collect();
+        assert_eq!(firsts.len(), 4);
+    }
+
+    /// Baseline and Patch 1/2 of throughput.iterations_per_sec and the cache refs over
+    /// `boots` boots: repetitions tight inside a boot (±0.5), boots 4% apart.
+    fn boot_samples(boots: usize) -> BootSamples {
+        let mut all = BootSamples::new();
+        for b in 0..boots {
+            let mut s = Samples::new();
+            for (mode, base) in [(0, 100.0), (1, 110.0)] {
+                let boot = base * (1.0 + 0.04 * (b as f64 - 2.0) / 2.0);
+                let reps: Vec<f64> = (0..4).map(|r| boot + 0.5 * (r as f64 - 1.5) / 1.5).collect();
+                s.entry("throughput.iterations_per_sec".into()).or_default().insert(mode, reps);
+                s.entry("throughput.cache.l1d_refs".into()).or_default().insert(mode, vec![1000.0 * boot]);
+            }
+            samples::add_boot(&mut all, b, &s);
+        }
+        all
+    }
+
+    #[test]
+    fn intervals_and_marks_rest_on_boots() {
+        let seeds = seeds_with_cache().unwrap();
+        let line = |rows: &BTreeMap<String, Row>, name: &str| {
+            let t = reproduce::seed000_throughput(&seeds.seed000, rows);
+            t.lines().skip_while(|l| !l.starts_with(name)).nth(1).unwrap().to_string()
+        };
+        // Four repetitions in each of three boots are 12 values but 3 boots: too few.
+        let three = samples::summarise_boots(&boot_samples(3));
+        let tput = line(&three, "Throughput");
+        assert!(tput.contains("n/a (too few: 3 boots)") && tput.ends_with("? ?"), "{tput}");
+        // Five boots: a mark, and an interval as wide as the boots' spread, not the
+        // repetitions' (±0.5 around each boot's median).
+        let five = boot_samples(5);
+        let rows = samples::summarise_boots(&five);
+        let e = est(&rows, "throughput.iterations_per_sec", 0).unwrap();
+        assert_eq!((e.boots, e.n), (5, 20));
+        assert!(e.hi - e.lo > 2.0, "{e:?}");
+        let flat = samples::summarise(&samples::pooled(&five));
+        let f = est(&flat, "throughput.iterations_per_sec", 0).unwrap();
+        assert!(f.hi - f.lo < e.hi - e.lo, "flat {f:?} narrower than over boots {e:?}");
+        assert!(line(&rows, "Throughput").contains("+10.0%") && line(&rows, "Throughput").ends_with("✓ ?"));
+        let refs = line(&rows, "Cache refs");
+        assert!(refs.contains("+10.0%") && refs.ends_with("✗ ?"), "{refs}");
+        // The report says what each figure rests on and how far boots spread.
+        let size = Size { profile: Profile::Full, reps: 4, iterations: Some(10), boots: 5 };
+        let b = basis(&seeds, &five, &rows, &[0, 1], size);
+        let tline = b.lines().find(|l| l.starts_with("Throughput")).unwrap();
+        // 5 boots, 20 repetitions of 8 workers x 10 iterations.
+        assert!(tline.contains("5 / 20 / 1600"), "{b}");
+        assert!(b.lines().find(|l| l.starts_with("Cache refs")).unwrap().contains("5 / 5 / -"), "{b}");
+        let sp = spread(&five, &rows, 0);
+        assert_eq!(sp.lines().filter(|l| l.starts_with("-seed ")).count(), 5, "{sp}");
+        let range = sp.lines().find(|l| l.starts_with("boot range %")).unwrap();
+        assert!(range.split_whitespace().nth(3) == Some("8.0"), "{sp}");
+        let within = sp.lines().find(|l| l.starts_with("within-boot %")).unwrap();
+        assert!(within.split_whitespace().nth(2) == Some("1.0"), "{sp}");
     }
 }

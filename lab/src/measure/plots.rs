@@ -1,5 +1,6 @@
 //! SVG plots for the benchmark report: throughput per mode with its CI, the latency CDF per
-//! mode, and the share of each tier per mode.
+//! mode, the share of each tier per mode and each tier's latency change, with their CIs and
+//! the seed's own figures as reference marks.
 
 use crate::measure::samples::{Row, MODE_NAMES};
 use anyhow::{anyhow, Result};
@@ -155,32 +156,139 @@ pub fn cdf(path: &Path, title: &str, samples_ms: &BTreeMap<u32, Vec<f64>>, label
     Ok(())
 }
 
-/// Share of transactions per tier (normal class), grouped bars per mode.
+const TIERS: [&str; 3] = ["same_core", "same_cluster", "cross_cluster"];
+
+/// The seed's Baseline share (%) and its Patch 1/2 and 2/2 changes of the average latency
+/// (%) for `class`, by tier, from the seeds file (read here as plain TOML: the seed tables'
+/// module draws on this one).
+fn seed_tiers(class: &str) -> BTreeMap<String, (f64, [f64; 2])> {
+    let Ok(v) = include_str!("../../seeds.toml").parse::<toml::Table>() else { return BTreeMap::new() };
+    let rows = v.get("seed000").and_then(|s| s.get("tiers")).and_then(|t| t.as_array()).cloned().unwrap_or_default();
+    let pct = crate::measure::table::pct;
+    rows.iter()
+        .filter(|r| r.get("class").and_then(|c| c.as_str()) == Some(class))
+        .filter_map(|r| {
+            let ms: Vec<f64> = r.get("avg_ms")?.as_array()?.iter().filter_map(toml::Value::as_float).collect();
+            let share = r.get("pct")?.as_float()?;
+            let tier = r.get("tier")?.as_str()?.to_string();
+            Some((tier, (share, [pct(*ms.first()?, *ms.get(1)?), pct(ms[0], *ms.get(2)?)])))
+        })
+        .collect()
+}
+
+/// Whiskers' colour: near black, told apart from the axes in the SVG.
+const WHISKER: RGBColor = RGBColor(20, 20, 20);
+
+/// A 95% CI whisker at `x` with short caps.
+fn whisker(chart: &mut Chart<'_, '_>, x: f64, e: &crate::measure::stats::Estimate) -> Result<()> {
+    let cap = 0.03;
+    for path in
+        [vec![(x, e.lo), (x, e.hi)], vec![(x - cap, e.lo), (x + cap, e.lo)], vec![(x - cap, e.hi), (x + cap, e.hi)]]
+    {
+        chart.draw_series([PathElement::new(path, WHISKER.stroke_width(1))]).map_err(err)?;
+    }
+    Ok(())
+}
+
+/// The seed's value as a reference: a thick black line across a group of bars.
+fn reference(chart: &mut Chart<'_, '_>, (x0, x1): (f64, f64), y: f64) -> Result<()> {
+    chart.draw_series([PathElement::new(vec![(x0, y), (x1, y)], BLACK.stroke_width(3))]).map_err(err)?;
+    Ok(())
+}
+
+/// Share of transactions per tier of `class`, grouped bars per mode (median, 95% CI
+/// whiskers), with the seed's Baseline share as a black line over each group.
 pub fn tiers(path: &Path, rows: &BTreeMap<String, Row>, class: &str) -> Result<()> {
-    let tiers = ["same_core", "same_cluster", "cross_cluster"];
+    let seed = seed_tiers(class);
     let root = canvas(path)?;
     let mut chart = chart(
         &root,
-        &format!("{class}: share per tier, median % (grey Baseline, blue P1/2, red P2/2)"),
-        16,
+        &format!(
+            "{class}: share per tier, median % and 95% CI (grey Baseline, blue P1/2, red P2/2; black: seed Baseline)"
+        ),
+        13,
         40,
-        (-0.5f64..2.5f64, 0f64..100f64),
+        (-0.5f64..2.5f64, 0f64..105f64),
     )?;
     chart
         .configure_mesh()
         .x_labels(3)
-        .x_label_formatter(&|x| tiers.get(x.round() as usize).copied().unwrap_or("").to_string())
+        .x_label_formatter(&|x| TIERS.get(x.round() as usize).copied().unwrap_or("").to_string())
         .draw()
         .map_err(err)?;
-    for (t, tier) in tiers.iter().enumerate() {
+    for (t, tier) in TIERS.iter().enumerate() {
+        if let Some((pct, _)) = seed.get(*tier) {
+            reference(&mut chart, (t as f64 - 0.4, t as f64 + 0.4), *pct)?;
+        }
         let Some(row) = rows.get(&format!("tiers.{class}.{tier}.pct")) else { continue };
-        for (m, e) in &row.per_mode {
+        for (m, e) in row.per_mode.iter().filter(|(m, _)| **m < 3) {
             let x = t as f64 - 0.3 + 0.2 * *m as f64;
-            let c = COLORS[(*m as usize).min(2)];
+            let c = COLORS[*m as usize];
             chart.draw_series([Rectangle::new([(x, 0.0), (x + 0.18, e.value)], c.filled())]).map_err(err)?;
+            whisker(&mut chart, x + 0.09, e)?;
         }
     }
     root.present().map_err(err)?;
+    Ok(())
+}
+
+/// The change of each tier's average latency of `class` against Baseline, Patch 1/2 (blue)
+/// and 2/2 (red), with 95% CI whiskers; the seed's change as a black line over each bar,
+/// and the ±1% band inside which a change counts as none shaded.
+pub fn tier_deltas(path: &Path, rows: &BTreeMap<String, Row>, class: &str) -> Result<()> {
+    let seed = seed_tiers(class);
+    let mut bars = vec![];
+    for (t, tier) in TIERS.iter().enumerate() {
+        let row = rows.get(&format!("tiers.{class}.{tier}.avg_ms"));
+        for m in [1u32, 2] {
+            let x = t as f64 - 0.2 + 0.25 * f64::from(m - 1);
+            let e = row.and_then(|r| r.delta_pct.get(&m)).filter(|e| !crate::measure::table::too_few(e));
+            let s = seed.get(*tier).map(|(_, d)| d[m as usize - 1]);
+            bars.push((x, m, e.copied(), s));
+        }
+    }
+    let ys = bars.iter().flat_map(|(_, _, e, s)| [e.map(|e| e.lo), e.map(|e| e.hi), *s]).flatten();
+    let (lo, hi) = ys.fold((-2.0f64, 2.0f64), |(a, b), y| (a.min(y), b.max(y)));
+    let pad = 0.1 * (hi - lo);
+    let root = canvas(path)?;
+    let mut chart = chart(
+        &root,
+        &format!("{class}: avg latency per tier, Δ% vs Baseline and 95% CI (blue P1/2, red P2/2; black: seed)"),
+        13,
+        50,
+        (-0.5f64..2.5f64, lo - pad..hi + pad),
+    )?;
+    chart
+        .configure_mesh()
+        .x_labels(3)
+        .x_label_formatter(&|x| TIERS.get(x.round() as usize).copied().unwrap_or("").to_string())
+        .y_desc("Δ %")
+        .draw()
+        .map_err(err)?;
+    let band = crate::measure::table::DEAD_BAND_PCT;
+    chart
+        .draw_series([Rectangle::new([(-0.5, -band), (2.5, band)], RGBColor(200, 200, 200).mix(0.5).filled())])
+        .map_err(err)?;
+    for (x, m, e, s) in bars {
+        if let Some(e) = e {
+            let c = COLORS[m as usize];
+            chart.draw_series([Rectangle::new([(x - 0.1, 0.0), (x + 0.1, e.value)], c.filled())]).map_err(err)?;
+            whisker(&mut chart, x, &e)?;
+        }
+        if let Some(s) = s {
+            reference(&mut chart, (x - 0.12, x + 0.12), s)?;
+        }
+    }
+    root.present().map_err(err)?;
+    Ok(())
+}
+
+/// The tier plots of both classes into `dir` (the model's report writes these).
+pub fn write_tiers(dir: &Path, rows: &BTreeMap<String, Row>) -> Result<()> {
+    for class in ["other", "fifo"] {
+        tiers(&dir.join(format!("tiers-{class}.svg")), rows, class)?;
+        tier_deltas(&dir.join(format!("tier-latency-{class}.svg")), rows, class)?;
+    }
     Ok(())
 }
 
@@ -188,7 +296,43 @@ pub fn tiers(path: &Path, rows: &BTreeMap<String, Row>, class: &str) -> Result<(
 pub fn write_all(dir: &Path, rows: &BTreeMap<String, Row>, latency_ms: &BTreeMap<u32, Vec<f64>>) -> Result<()> {
     throughput(&dir.join("throughput.svg"), rows)?;
     latency_cdf(&dir.join("latency-cdf.svg"), latency_ms)?;
-    tiers(&dir.join("tiers-other.svg"), rows, "other")?;
-    tiers(&dir.join("tiers-fifo.svg"), rows, "fifo")?;
-    Ok(())
+    write_tiers(dir, rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::measure::samples::{summarise, Samples};
+
+    /// Whisker strokes (1) or reference lines (3) in an SVG: plotters draws both as polylines.
+    fn lines(svg: &str, width: u32) -> usize {
+        let w = if width == 1 { "stroke=\"#141414\" stroke-width=\"1\"" } else { "stroke-width=\"3\"" };
+        svg.split("<polyline").skip(1).filter(|p| p.split('>').next().is_some_and(|tag| tag.contains(w))).count()
+    }
+
+    #[test]
+    fn tier_plots_carry_whiskers_and_the_seeds_marks() {
+        let mut s = Samples::new();
+        for (tier, pct, ms) in [("same_core", 10.0, 0.10), ("same_cluster", 60.0, 0.12), ("cross_cluster", 30.0, 0.15)]
+        {
+            for m in 0..3u32 {
+                let v = |x: f64| (0..5).map(|i| x * (1.0 + 0.01 * f64::from(m) + 0.002 * f64::from(i))).collect();
+                s.entry(format!("tiers.other.{tier}.pct")).or_default().insert(m, v(pct));
+                s.entry(format!("tiers.other.{tier}.avg_ms")).or_default().insert(m, v(ms));
+            }
+        }
+        let rows = summarise(&s);
+        let dir = tempfile::tempdir().unwrap();
+        write_tiers(dir.path(), &rows).unwrap();
+        let share = std::fs::read_to_string(dir.path().join("tiers-other.svg")).unwrap();
+        // Nine bars, each with a whisker of three strokes; three seed shares (46.2/32.9/20.9%).
+        assert_eq!(lines(&share, 1), 27, "{share}");
+        assert_eq!(lines(&share, 3), 3);
+        let delta = std::fs::read_to_string(dir.path().join("tier-latency-other.svg")).unwrap();
+        // Six changes (two patches x three tiers) with whiskers, and the seed's six.
+        assert_eq!((lines(&delta, 1), lines(&delta, 3)), (18, 6), "{delta}");
+        // No FIFO rows: the seed's marks alone, no bars.
+        let fifo = std::fs::read_to_string(dir.path().join("tiers-fifo.svg")).unwrap();
+        assert_eq!((lines(&fifo, 1), lines(&fifo, 3)), (0, 3));
+    }
 }

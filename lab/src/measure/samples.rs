@@ -129,6 +129,30 @@ pub fn collect(events: &[Event]) -> Samples {
     out
 }
 
+/// metric -> mode -> per boot (by boot number) its samples: the timing model's runs, whose
+/// intervals resample boots.
+pub type BootSamples = BTreeMap<String, BTreeMap<u32, Vec<Vec<f64>>>>;
+
+/// Adds one boot's samples as boot number `boot`.
+pub fn add_boot(all: &mut BootSamples, boot: usize, s: &Samples) {
+    for (metric, by_mode) in s {
+        for (mode, v) in by_mode {
+            let boots = all.entry(metric.clone()).or_default().entry(*mode).or_default();
+            if boots.len() <= boot {
+                boots.resize(boot + 1, vec![]);
+            }
+            boots[boot].extend(v);
+        }
+    }
+}
+
+/// Every sample, whatever its boot.
+pub fn pooled(all: &BootSamples) -> Samples {
+    all.iter()
+        .map(|(metric, by_mode)| (metric.clone(), by_mode.iter().map(|(m, b)| (*m, b.concat())).collect()))
+        .collect()
+}
+
 /// Median and CI per mode, and Δ% against mode 0, for one metric.
 #[derive(Clone, Debug, Serialize)]
 pub struct Row {
@@ -136,18 +160,30 @@ pub struct Row {
     pub delta_pct: BTreeMap<u32, Estimate>,
 }
 
-pub fn summarise(samples: &Samples) -> BTreeMap<String, Row> {
+/// Per metric, each mode's median and CI by `median`, and its change against mode 0 by
+/// `delta`.
+fn summarise_with<T>(
+    samples: &BTreeMap<String, BTreeMap<u32, T>>,
+    median: impl Fn(&T) -> Option<Estimate>,
+    delta: impl Fn(&T, &T) -> Option<Estimate>,
+) -> BTreeMap<String, Row> {
     samples
         .iter()
         .map(|(metric, by_mode)| {
-            let per_mode = by_mode.iter().filter_map(|(m, v)| Some((*m, stats::median_ci(v)?))).collect();
+            let per_mode = by_mode.iter().filter_map(|(m, v)| Some((*m, median(v)?))).collect();
             let base = by_mode.get(&0);
-            let delta_pct = by_mode
-                .iter()
-                .filter(|(m, _)| **m != 0)
-                .filter_map(|(m, v)| Some((*m, stats::delta_pct_ci(base?, v)?)))
-                .collect();
+            let delta_pct =
+                by_mode.iter().filter(|(m, _)| **m != 0).filter_map(|(m, v)| Some((*m, delta(base?, v)?))).collect();
             (metric.clone(), Row { per_mode, delta_pct })
         })
         .collect()
+}
+
+/// [`summarise`] with intervals that resample boots, then the samples within them.
+pub fn summarise_boots(samples: &BootSamples) -> BTreeMap<String, Row> {
+    summarise_with(samples, |v| stats::median_ci_boots(v), |b, o| stats::delta_pct_ci_boots(b, o))
+}
+
+pub fn summarise(samples: &Samples) -> BTreeMap<String, Row> {
+    summarise_with(samples, |v| stats::median_ci(v), |b, o| stats::delta_pct_ci(b, o))
 }

@@ -57,12 +57,21 @@ pub fn cv(samples: &[f64]) -> Option<f64> {
 }
 
 /// A point estimate with its 95% confidence interval.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
 pub struct Estimate {
     pub value: f64,
     pub lo: f64,
     pub hi: f64,
+    /// Samples it rests on (per arm: the smaller arm's).
     pub n: usize,
+    /// Boots the interval resampled (the smaller arm's); 0: the samples were resampled on
+    /// their own, all from one boot.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub boots: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 impl Estimate {
@@ -85,43 +94,88 @@ fn percentile_interval(values: &mut [f64]) -> (f64, f64) {
     (lo, hi)
 }
 
+/// The 95% percentile interval of `BOOTSTRAP_ITERS` replicates from a generator seeded
+/// with `seed` (a replicate of None is dropped).
+fn interval(seed: u64, mut replicate: impl FnMut(&mut Prng) -> Option<f64>) -> (f64, f64) {
+    let mut rng = Prng::seed_from_u64(seed);
+    let mut values: Vec<f64> = (0..BOOTSTRAP_ITERS).filter_map(|_| replicate(&mut rng)).collect();
+    percentile_interval(&mut values)
+}
+
+/// `y` against `x` in percent; None for `x` zero.
+fn change_pct(x: f64, y: f64) -> Option<f64> {
+    (x != 0.0).then(|| (y - x) / x * 100.0)
+}
+
 /// Median of `samples` with a 95% bootstrap interval.
 pub fn median_ci(samples: &[f64]) -> Option<Estimate> {
     let xs = sorted(samples);
     let value = median(&xs)?;
-    let mut rng = Prng::seed_from_u64(SEED);
     let mut buf = Vec::with_capacity(xs.len());
-    let mut meds: Vec<f64> = (0..BOOTSTRAP_ITERS)
-        .map(|_| {
-            resample(&mut rng, &xs, &mut buf);
-            median(&buf).unwrap_or(f64::NAN)
-        })
-        .collect();
-    let (lo, hi) = percentile_interval(&mut meds);
-    Some(Estimate { value, lo, hi, n: xs.len() })
+    let (lo, hi) = interval(SEED, |rng| {
+        resample(rng, &xs, &mut buf);
+        Some(median(&buf).unwrap_or(f64::NAN))
+    });
+    Some(Estimate { value, lo, hi, n: xs.len(), boots: 0 })
 }
 
 /// Relative change of the median of `other` against `base`, in percent, with a 95% bootstrap
 /// interval (both groups resampled independently).
 pub fn delta_pct_ci(base: &[f64], other: &[f64]) -> Option<Estimate> {
     let (b, o) = (sorted(base), sorted(other));
-    let (mb, mo) = (median(&b)?, median(&o)?);
-    if mb == 0.0 {
-        return None;
-    }
-    let value = (mo - mb) / mb * 100.0;
-    let mut rng = Prng::seed_from_u64(SEED ^ 0xd1);
+    let value = change_pct(median(&b)?, median(&o)?)?;
     let (mut bb, mut ob) = (Vec::with_capacity(b.len()), Vec::with_capacity(o.len()));
-    let mut deltas: Vec<f64> = (0..BOOTSTRAP_ITERS)
-        .filter_map(|_| {
-            resample(&mut rng, &b, &mut bb);
-            resample(&mut rng, &o, &mut ob);
-            let (x, y) = (median(&bb)?, median(&ob)?);
-            (x != 0.0).then(|| (y - x) / x * 100.0)
-        })
-        .collect();
-    let (lo, hi) = percentile_interval(&mut deltas);
-    Some(Estimate { value, lo, hi, n: b.len().min(o.len()) })
+    let (lo, hi) = interval(SEED ^ 0xd1, |rng| {
+        resample(rng, &b, &mut bb);
+        resample(rng, &o, &mut ob);
+        change_pct(median(&bb)?, median(&ob)?)
+    });
+    Some(Estimate { value, lo, hi, n: b.len().min(o.len()), boots: 0 })
+}
+
+/// The boots that have samples, each sorted.
+fn boots_with_samples(boots: &[Vec<f64>]) -> Vec<Vec<f64>> {
+    boots.iter().map(|b| sorted(b)).filter(|b| !b.is_empty()).collect()
+}
+
+/// A hierarchical resample: as many boots as there are, drawn with replacement, and within
+/// each drawn boot as many of its samples, drawn with replacement, pooled into `buf`.
+fn resample_boots(rng: &mut Prng, boots: &[Vec<f64>], buf: &mut Vec<f64>) {
+    buf.clear();
+    for _ in 0..boots.len() {
+        let b = &boots[rng.random_range(0..boots.len())];
+        buf.extend((0..b.len()).map(|_| b[rng.random_range(0..b.len())]));
+    }
+}
+
+/// Median of samples from several boots (one list per boot), with a 95% interval that
+/// resamples boots and then samples within them: boot-to-boot variation widens it, where a
+/// flat bootstrap of the pooled samples would treat them as independent.
+pub fn median_ci_boots(boots: &[Vec<f64>]) -> Option<Estimate> {
+    let boots = boots_with_samples(boots);
+    let all: Vec<f64> = boots.concat();
+    let value = median(&all)?;
+    let mut buf = Vec::with_capacity(all.len());
+    let (lo, hi) = interval(SEED ^ 0xb0, |rng| {
+        resample_boots(rng, &boots, &mut buf);
+        Some(median(&buf).unwrap_or(f64::NAN))
+    });
+    Some(Estimate { value, lo, hi, n: all.len(), boots: boots.len() })
+}
+
+/// [`delta_pct_ci`] for samples from several boots per arm, resampled as [`median_ci_boots`]
+/// does, each arm on its own.
+pub fn delta_pct_ci_boots(base: &[Vec<f64>], other: &[Vec<f64>]) -> Option<Estimate> {
+    let (b, o) = (boots_with_samples(base), boots_with_samples(other));
+    let (ab, ao) = (b.concat(), o.concat());
+    let value = change_pct(median(&ab)?, median(&ao)?)?;
+    let (mut bb, mut ob) = (Vec::with_capacity(ab.len()), Vec::with_capacity(ao.len()));
+    let (lo, hi) = interval(SEED ^ 0xb1, |rng| {
+        resample_boots(rng, &b, &mut bb);
+        resample_boots(rng, &o, &mut ob);
+        change_pct(median(&bb)?, median(&ob)?)
+    });
+    Some(Estimate { value, lo, hi, n: ab.len().min(ao.len()), boots: b.len().min(o.len()) })
 }
 
 /// Whether an interval excludes zero, i.e. the change is beyond the noise at 95%.
@@ -173,6 +227,31 @@ mod tests {
         assert!(!significant(&n) && n.lo < 0.0 && n.hi > 0.0, "{n:?}");
         let same = delta_pct_ci(&base, &base).unwrap();
         assert!(same.show(1).starts_with("0.0 ["));
+    }
+
+    #[test]
+    fn boot_to_boot_variation_widens_the_interval() {
+        // Five boots of six samples each: tight inside a boot, the boots 10% apart. Pooled
+        // and resampled flat, the 30 samples look like a precise median; resampling boots
+        // shows the spread between them.
+        let boots: Vec<Vec<f64>> =
+            (0..5).map(|b| (0..6).map(|i| 100.0 + 10.0 * f64::from(b) + 0.1 * f64::from(i)).collect()).collect();
+        let flat = median_ci(&boots.concat()).unwrap();
+        let hier = median_ci_boots(&boots).unwrap();
+        assert_eq!((hier.n, hier.boots, flat.boots), (30, 5, 0));
+        assert_eq!(hier.value, flat.value);
+        assert!(hier.hi - hier.lo > 2.0 * (flat.hi - flat.lo), "flat {flat:?} hierarchical {hier:?}");
+        assert!(hier.lo <= 110.0 && hier.hi >= 130.0, "{hier:?}");
+        // Boots without samples do not count as boots.
+        let mut sparse = boots.clone();
+        sparse.push(vec![]);
+        assert_eq!(median_ci_boots(&sparse).unwrap().boots, 5);
+        // A change between arms: each arm's boots resampled on their own.
+        let faster: Vec<Vec<f64>> = boots.iter().map(|b| b.iter().map(|x| x * 1.5).collect()).collect();
+        let d = delta_pct_ci_boots(&boots, &faster).unwrap();
+        assert!((d.value - 50.0).abs() < 0.01 && significant(&d) && d.boots == 5, "{d:?}");
+        let same = delta_pct_ci_boots(&boots, &boots).unwrap();
+        assert!(same.lo < -5.0 && same.hi > 5.0, "the boots' spread, not a point: {same:?}");
     }
 
     #[test]

@@ -1,18 +1,26 @@
 //! The cache plugin's model, free of QEMU so it can be unit-tested: per-CPU L1D and L2, one
-//! L3 shared by all CPUs, DRAM behind it, and MESI-like coherence on physical cache lines.
+//! L3 shared by all CPUs, DRAM behind it, and MESI coherence on physical cache lines.
 //!
-//! - Each level is set-associative with true LRU (the cores' pseudo-LRU is not modelled).
-//! - A miss fills every level it missed (L1D, L2, L3); nothing is back-invalidated on an
-//!   eviction, and the A55's exclusive L2 is modelled like the A76's inclusive one.
-//! - A directory records, per line ever missed in an L2, the CPUs that may hold it and the last
-//!   writer; a line is modified, exclusive or shared in a cache (MESI). A store invalidates
-//!   the line in every other CPU. A load that misses its own L1D and L2 while another CPU
-//!   still holds the line it wrote is served by that CPU (a peer transfer), at the same- or
-//!   cross-cluster cost.
+//! - Each level is set-associative with true LRU (the cores' pseudo-LRU is not modelled). A
+//!   hit in the L1D does not touch the L2's LRU: the L2 does not see it, in hardware either.
+//! - The L2 follows its core's Technical Reference Manual ([`L2Policy`]): the Cortex-A76's is
+//!   strictly inclusive of its L1D (an L2 eviction takes the line out of the L1D too), the
+//!   Cortex-A55's strictly exclusive (filled only by L1D evictions; an L2 hit moves the line
+//!   into the L1D).
+//! - A line filled from outside the core also goes into the L3, and a modified line that
+//!   leaves a core is written back to the L3. The L3 never back-invalidates the cores (the
+//!   DSU's L3 is neither inclusive nor exclusive of them); the DSU's snoop filter knows
+//!   which cores hold a line whatever the L3 holds.
+//! - A directory records, per line, the CPUs that hold it; each copy is modified, exclusive or
+//!   shared (MESI). A store invalidates every other copy. An access that misses its own L1D and
+//!   L2 is served, in this order, by the core that holds the line modified (a dirty transfer),
+//!   the L3, a core that holds it clean (a snoop), or DRAM; transfers and snoops cost the same-
+//!   or cross-cluster latency of the core that supplies the line.
 //! - Loads are charged their latency above an L1D hit (which the instruction's own time
 //!   includes). Stores are counted and change the lines' states, but are not charged: they
 //!   retire into the store buffer, and what sharing costs shows up as the next reader's
-//!   transfer.
+//!   transfer. [`Counters`] keeps both: the access counters count loads and stores, as a PMU
+//!   does, and the `charged_*` counters count the loads charged at each place.
 //!
 //! Everything is a pure function of the access sequence: two runs of the same guest under
 //! heterogeneous icount give the same counters.
@@ -65,11 +73,28 @@ impl Costs {
     }
 }
 
+/// How a core's L2 relates to its L1D.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum L2Policy {
+    /// Every line in the L1D is also in the L2; an L2 eviction removes it from the L1D.
+    /// Cortex-A76 TRM (Arm 100798), A7.1 "About the L2 memory system": strictly inclusive
+    /// with the L1 data cache (its L2 tags carry an "L1 data cache valid" bit, A6.6).
+    #[default]
+    Inclusive,
+    /// A line is in the L1D or the L2, never both; the L2 is filled by L1D evictions.
+    /// Cortex-A55 TRM (Arm 100442), A7.1: "Strictly exclusive with L1 data cache", and
+    /// "Data is allocated to the L2 cache only when evicted from the L1 memory system".
+    Exclusive,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CpuConfig {
     pub cluster: u32,
     pub l1d: Geometry,
     pub l2: Geometry,
+    #[serde(default)]
+    pub l2_policy: L2Policy,
     pub cost_ps: Costs,
 }
 
@@ -122,6 +147,15 @@ enum State {
 }
 
 impl State {
+    /// Modified if either copy is (an inclusive L2's copy can lag its L1D's).
+    fn max_dirty(self, other: State) -> State {
+        if self == State::Modified || other == State::Modified {
+            State::Modified
+        } else {
+            self
+        }
+    }
+
     fn of(entry: u64) -> State {
         match entry & 3 {
             0 => State::Shared,
@@ -165,16 +199,21 @@ impl Cache {
         Some(State::of(set[0]))
     }
 
-    fn contains(&mut self, line: u64) -> bool {
-        Self::position(self.set(line), line).is_some()
+    /// The state of `line` if present, leaving the LRU order alone (a snoop's look-up).
+    fn peek(&mut self, line: u64) -> Option<State> {
+        let set = self.set(line);
+        Self::position(set, line).map(|i| State::of(set[i]))
     }
 
-    /// Puts `line` in as most recent (the least recent is dropped), or refreshes it.
-    fn insert(&mut self, line: u64, state: State) {
+    /// Puts `line` in as most recent, or refreshes it; returns the least recent line it
+    /// pushed out, with its state.
+    fn insert(&mut self, line: u64, state: State) -> Option<(u64, State)> {
         let set = self.set(line);
         let i = Self::position(set, line).unwrap_or(set.len() - 1);
+        let victim = (Self::position(set, line).is_none() && set[i] != EMPTY).then(|| (set[i] >> 2, State::of(set[i])));
         set[..=i].rotate_right(1);
         set[0] = line << 2 | state as u64;
+        victim
     }
 
     fn set_state(&mut self, line: u64, state: State) {
@@ -184,27 +223,41 @@ impl Cache {
         }
     }
 
-    fn invalidate(&mut self, line: u64) {
+    /// Takes `line` out; returns its state if it was there.
+    fn remove(&mut self, line: u64) -> Option<State> {
         let set = self.set(line);
-        if let Some(i) = Self::position(set, line) {
-            set[i..].rotate_left(1);
-            *set.last_mut().unwrap() = EMPTY;
-        }
+        let i = Self::position(set, line)?;
+        let state = State::of(set[i]);
+        set[i..].rotate_left(1);
+        *set.last_mut().unwrap() = EMPTY;
+        Some(state)
     }
 }
 
-/// References and misses of one CPU, and where its L2 misses were served.
+/// References and misses of one CPU, where its L2 misses were served, and which of its
+/// accesses were charged.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Counters {
+    /// Loads and stores, as the PMU's L1D_CACHE and L1D_CACHE_REFILL count them.
     pub l1d_refs: u64,
     pub l1d_misses: u64,
     pub l2_refs: u64,
     pub l2_misses: u64,
-    /// L2 misses that went to the L3 (not served by a peer).
+    /// L2 misses that went to the L3 (not served by a core holding the line modified).
     pub l3_refs: u64,
     pub l3_misses: u64,
+    /// L2 misses served by another core: its modified copy, or a clean one the L3 lacked.
     pub same_cluster_transfers: u64,
     pub cross_cluster_transfers: u64,
+    /// Of those transfers, the clean copies snooped (the L3 had lost the line).
+    pub clean_snoops: u64,
+    /// Loads served by each place beyond the L1D, each charged that place's cost; stores
+    /// are in the counters above only.
+    pub charged_l2: u64,
+    pub charged_l3: u64,
+    pub charged_same_cluster: u64,
+    pub charged_cross_cluster: u64,
+    pub charged_dram: u64,
     /// Picoseconds charged for loads.
     pub charged_ps: u64,
 }
@@ -226,20 +279,13 @@ struct Core {
     counters: Counters,
 }
 
-#[derive(Default, Clone, Copy)]
-struct Line {
-    /// CPUs that may hold the line (a superset: evictions do not clear their bit).
-    sharers: u64,
-    /// The CPU that wrote it last, if it has not been read by another since.
-    writer: Option<u8>,
-}
-
 pub struct Model {
     cfg: Config,
     line_shift: u32,
     cores: Vec<Core>,
     l3: Cache,
-    lines: FxHashMap<u64, Line>,
+    /// Line -> the CPUs whose L1D or L2 holds it (bit per CPU); absent: none.
+    holders: FxHashMap<u64, u64>,
 }
 
 impl Model {
@@ -255,7 +301,7 @@ impl Model {
             })
             .collect();
         let l3 = Cache::new(cfg.l3, cfg.line_bytes);
-        Ok(Model { line_shift: cfg.line_bytes.trailing_zeros(), cores, l3, lines: FxHashMap::default(), cfg })
+        Ok(Model { line_shift: cfg.line_bytes.trailing_zeros(), cores, l3, holders: FxHashMap::default(), cfg })
     }
 
     pub fn cpus(&self) -> usize {
@@ -273,9 +319,20 @@ impl Model {
         let cpu = cpu.min(self.cores.len() - 1);
         let line = paddr >> self.line_shift;
         let served = self.serve(cpu, line, store);
-        let cost = if store { 0 } else { self.cost(cpu, served) };
+        if store {
+            return (served, 0);
+        }
+        let cost = self.cost(cpu, served);
         let c = &mut self.cores[cpu].counters;
         c.charged_ps += cost;
+        match served {
+            Served::L1d => {}
+            Served::L2 => c.charged_l2 += 1,
+            Served::L3 => c.charged_l3 += 1,
+            Served::SameCluster => c.charged_same_cluster += 1,
+            Served::CrossCluster => c.charged_cross_cluster += 1,
+            Served::Dram => c.charged_dram += 1,
+        }
         (served, cost)
     }
 
@@ -302,22 +359,26 @@ impl Model {
         }
         core.counters.l1d_misses += 1;
         core.counters.l2_refs += 1;
-        if let Some(state) = core.l2.lookup(line) {
-            core.l1d.insert(line, state);
+        let exclusive = self.cfg.cpus[cpu].l2_policy == L2Policy::Exclusive;
+        // An exclusive L2 hands the line over to the L1D; an inclusive one keeps its copy.
+        let in_l2 = if exclusive { core.l2.remove(line) } else { core.l2.lookup(line) };
+        if let Some(state) = in_l2 {
+            self.fill_l1d(cpu, line, state);
             if store && state != State::Modified {
                 self.take_ownership(cpu, line);
             }
             return Served::L2;
         }
-        core.counters.l2_misses += 1;
+        self.cores[cpu].counters.l2_misses += 1;
         let served = self.fetch(cpu, line);
-        let entry = self.lines.entry(line).or_default();
-        let others = entry.sharers & !(1 << cpu);
-        entry.sharers |= 1 << cpu;
+        let holders = self.holders.entry(line).or_default();
+        let others = *holders & !(1 << cpu);
+        *holders |= 1 << cpu;
         let state = if others == 0 { State::Exclusive } else { State::Shared };
-        let core = &mut self.cores[cpu];
-        core.l1d.insert(line, state);
-        core.l2.insert(line, state);
+        if !exclusive {
+            self.fill_l2(cpu, line, state);
+        }
+        self.fill_l1d(cpu, line, state);
         if store {
             self.take_ownership(cpu, line);
         } else if others != 0 {
@@ -326,53 +387,114 @@ impl Model {
         served
     }
 
-    /// An L2 miss: from the CPU that wrote the line last if it still holds it, else the L3
-    /// or DRAM.
-    fn fetch(&mut self, cpu: usize, line: u64) -> Served {
-        let writer = self.lines.get(&line).and_then(|l| l.writer).map(usize::from).filter(|&w| w != cpu);
-        if let Some(w) = writer {
-            let holder = &mut self.cores[w];
-            if holder.l1d.contains(line) || holder.l2.contains(line) {
-                self.lines.get_mut(&line).unwrap().writer = None;
-                self.l3.insert(line, State::Shared);
-                let same = self.cfg.cpus[w].cluster == self.cfg.cpus[cpu].cluster;
-                let c = &mut self.cores[cpu].counters;
-                return if same {
-                    c.same_cluster_transfers += 1;
-                    Served::SameCluster
-                } else {
-                    c.cross_cluster_transfers += 1;
-                    Served::CrossCluster
-                };
+    /// Puts `line` in `cpu`'s L1D. The line it pushes out stays in an inclusive L2 (whose copy
+    /// carries the same state) and moves into an exclusive one.
+    fn fill_l1d(&mut self, cpu: usize, line: u64, state: State) {
+        let Some((victim, vstate)) = self.cores[cpu].l1d.insert(line, state) else { return };
+        if self.cfg.cpus[cpu].l2_policy == L2Policy::Exclusive {
+            self.fill_l2(cpu, victim, vstate);
+        }
+    }
+
+    /// Puts `line` in `cpu`'s L2. The line it pushes out leaves the core: out of the L1D too
+    /// if the L2 is inclusive, written back to the L3 if modified, off the directory.
+    fn fill_l2(&mut self, cpu: usize, line: u64, state: State) {
+        let Some((victim, mut vstate)) = self.cores[cpu].l2.insert(line, state) else { return };
+        if self.cfg.cpus[cpu].l2_policy == L2Policy::Inclusive {
+            if let Some(s) = self.cores[cpu].l1d.remove(victim) {
+                vstate = vstate.max_dirty(s);
             }
         }
+        if vstate == State::Modified {
+            self.l3.insert(victim, State::Shared);
+        }
+        if let Some(h) = self.holders.get_mut(&victim) {
+            *h &= !(1 << cpu);
+            if *h == 0 {
+                self.holders.remove(&victim);
+            }
+        }
+    }
+
+    /// The state of `cpu`'s copy of `line`, if its L1D or L2 holds one.
+    fn held(&mut self, cpu: usize, line: u64) -> Option<State> {
+        let core = &mut self.cores[cpu];
+        core.l1d.peek(line).or_else(|| core.l2.peek(line))
+    }
+
+    /// The other CPU that supplies `line` to `cpu`: the one holding it in `want` state if any
+    /// (modified), else (`want` None) any holder, one of `cpu`'s cluster first.
+    fn supplier(&mut self, cpu: usize, line: u64, want: Option<State>) -> Option<usize> {
+        let others = self.holders.get(&line).copied().unwrap_or(0) & !(1 << cpu);
+        let cluster = self.cfg.cpus[cpu].cluster;
+        let mut best = None;
+        for p in (0..self.cores.len()).filter(|p| others >> p & 1 == 1) {
+            let Some(s) = self.held(p, line) else { continue };
+            if want.is_some_and(|w| w != s) {
+                continue;
+            }
+            let near = self.cfg.cpus[p].cluster == cluster;
+            if best.is_none() || near {
+                best = Some(p);
+            }
+            if near {
+                break;
+            }
+        }
+        best
+    }
+
+    /// A transfer from `from` to `cpu`, counted by cluster.
+    fn transfer(&mut self, cpu: usize, from: usize) -> Served {
+        let same = self.cfg.cpus[from].cluster == self.cfg.cpus[cpu].cluster;
         let c = &mut self.cores[cpu].counters;
-        c.l3_refs += 1;
+        if same {
+            c.same_cluster_transfers += 1;
+            Served::SameCluster
+        } else {
+            c.cross_cluster_transfers += 1;
+            Served::CrossCluster
+        }
+    }
+
+    /// An L2 miss: from the core holding the line modified (which writes it back), the L3, a
+    /// core holding it clean, or DRAM; all but the L3 hit fill the L3.
+    fn fetch(&mut self, cpu: usize, line: u64) -> Served {
+        if let Some(w) = self.supplier(cpu, line, Some(State::Modified)) {
+            self.l3.insert(line, State::Shared);
+            return self.transfer(cpu, w);
+        }
+        self.cores[cpu].counters.l3_refs += 1;
         if self.l3.lookup(line).is_some() {
             return Served::L3;
         }
-        c.l3_misses += 1;
+        self.cores[cpu].counters.l3_misses += 1;
         self.l3.insert(line, State::Shared);
+        if let Some(p) = self.supplier(cpu, line, None) {
+            self.cores[cpu].counters.clean_snoops += 1;
+            return self.transfer(cpu, p);
+        }
         Served::Dram
     }
 
     /// A store to a line `cpu` does not hold modified: every other CPU's copy is invalidated
-    /// (none for an exclusive one), and `cpu`'s becomes modified, with `cpu` its writer.
+    /// (none for an exclusive one), and `cpu`'s becomes modified.
     fn take_ownership(&mut self, cpu: usize, line: u64) {
-        let entry = self.lines.entry(line).or_default();
-        let others = entry.sharers & !(1 << cpu);
-        *entry = Line { sharers: 1 << cpu, writer: Some(cpu as u8) };
+        let holders = self.holders.entry(line).or_default();
+        let others = *holders & !(1 << cpu);
+        *holders = 1 << cpu;
         for (i, core) in self.cores.iter_mut().enumerate().filter(|(i, _)| others >> i & 1 == 1) {
             debug_assert_ne!(i, cpu);
-            core.l1d.invalidate(line);
-            core.l2.invalidate(line);
+            core.l1d.remove(line);
+            core.l2.remove(line);
         }
         let core = &mut self.cores[cpu];
         core.l1d.set_state(line, State::Modified);
         core.l2.set_state(line, State::Modified);
     }
 
-    /// A load shared the line: nobody may write it silently any more.
+    /// A load shared the line: nobody may write it silently any more, and a modified copy
+    /// was written back when it was transferred.
     fn share(&mut self, others: u64, line: u64) {
         for (_, core) in self.cores.iter_mut().enumerate().filter(|(i, _)| others >> i & 1 == 1) {
             core.l1d.set_state(line, State::Shared);

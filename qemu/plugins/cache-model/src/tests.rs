@@ -1,13 +1,18 @@
 use super::*;
 
 /// Two clusters: CPUs 0-1 and 2. L1D 1 KiB 2-way (8 sets), L2 4 KiB 2-way (32 sets), L3 16
-/// KiB 4-way (64 sets), 64-byte lines.
+/// KiB 4-way (64 sets), 64-byte lines; every L2 inclusive.
 fn model() -> Model {
+    model_with(L2Policy::Inclusive)
+}
+
+fn model_with(l2_policy: L2Policy) -> Model {
     let cost = Costs { l2: 10, l3: 30, same_cluster: 40, cross_cluster: 60, dram: 100 };
     let cpu = |cluster| CpuConfig {
         cluster,
         l1d: Geometry { size_kib: 1, ways: 2 },
         l2: Geometry { size_kib: 4, ways: 2 },
+        l2_policy,
         cost_ps: cost,
     };
     Model::new(Config { line_bytes: 64, l3: Geometry { size_kib: 16, ways: 4 }, cpus: vec![cpu(0), cpu(0), cpu(1)] })
@@ -105,6 +110,7 @@ fn bad_geometry_names_the_cache() {
             cluster: 0,
             l1d: Geometry { size_kib: 1, ways: 3 },
             l2: Geometry { size_kib: 4, ways: 2 },
+            l2_policy: L2Policy::Inclusive,
             cost_ps: Costs::default(),
         }],
     };
@@ -113,4 +119,99 @@ fn bad_geometry_names_the_cache() {
     cfg.cpus[0].l1d.ways = 2;
     cfg.line_bytes = 48;
     assert!(Model::new(cfg).err().unwrap().contains("line_bytes"));
+}
+
+/// The n-th line after `0x8000_0000` in L2 set 0 (32 sets: 2 KiB apart), odd n only, so they
+/// share no L3 set (64 sets) with the line at n = 0.
+fn l2set0(n: u64) -> u64 {
+    0x8000_0000 + n * 2048
+}
+
+#[test]
+fn a_writer_that_reloaded_the_line_clean_does_not_transfer_it() {
+    let mut m = model();
+    m.access(0, l2set0(0), true);
+    // Its dirty copy leaves CPU 0's L1D and L2 (written back), and CPU 0 reads it again: clean.
+    for n in [1, 3, 5] {
+        m.access(0, l2set0(n), false);
+    }
+    assert_eq!(m.access(0, l2set0(0), false), (Served::L3, 30));
+    // CPU 1 pays the L3, not a transfer for a line nobody holds modified.
+    assert_eq!(m.access(1, l2set0(0), false), (Served::L3, 30));
+    assert_eq!(m.counters(1).same_cluster_transfers, 0);
+}
+
+/// The n-th line in L3 set 0 (64 sets: 4 KiB apart); they share L1D and L2 set 0 too.
+fn l3set0(n: u64) -> u64 {
+    0x8000_0000 + n * 4096
+}
+
+#[test]
+fn a_clean_copy_the_l3_lost_is_snooped_not_read_from_dram() {
+    let mut m = model();
+    m.access(2, l3set0(0), false);
+    // CPU 0 pushes the line out of the 4-way L3 (its own L2 keeps 2 of the 4 lines), while
+    // CPU 2 still holds it clean.
+    for n in 1..=4 {
+        m.access(0, l3set0(n), false);
+    }
+    assert_eq!(m.access(1, l3set0(0), false), (Served::CrossCluster, 60));
+    let c = m.counters(1);
+    assert_eq!((c.l3_refs, c.l3_misses, c.clean_snoops, c.cross_cluster_transfers), (1, 1, 1, 1));
+    // With CPU 1 (same cluster) holding it too, CPU 0 snoops its neighbour's copy.
+    for n in 5..=8 {
+        m.access(2, l3set0(n), false);
+    }
+    assert_eq!(m.access(0, l3set0(0), false), (Served::SameCluster, 40));
+}
+
+#[test]
+fn an_inclusive_l2_takes_its_evictions_out_of_the_l1d() {
+    let mut m = model();
+    m.access(0, l2set0(0), false);
+    // Lines 2 KiB apart share L1D set 0 (2 ways) and L2 set 0 (2 ways). Hitting line 0 in
+    // the L1D keeps it there, but the L2 does not see those hits: two other lines evict it
+    // from the L2, and so from the L1D, though it was the L1D's most recent.
+    m.access(0, l2set0(1), false);
+    assert_eq!(m.access(0, l2set0(0), false).0, Served::L1d);
+    m.access(0, l2set0(3), false);
+    assert_eq!(m.access(0, l2set0(0), false).0, Served::L3, "inclusion victim");
+}
+
+#[test]
+fn an_exclusive_l2_holds_only_what_the_l1d_evicted() {
+    let mut m = model_with(L2Policy::Exclusive);
+    // Three lines of L1D set 0 and L2 set 0 (2 ways each): an inclusive L2 keeps only the
+    // last two, an exclusive one holds the line the L1D evicted, beside the L1D's two.
+    for n in [0, 1, 3] {
+        m.access(0, l2set0(n), false);
+    }
+    assert_eq!(m.access(0, l2set0(0), false), (Served::L2, 10), "evicted from the L1D into the L2");
+    // The hit moved it back to the L1D and pushed line 1 (least recent) into the L2, and so
+    // on: all three stay in the core.
+    assert_eq!(m.access(0, l2set0(1), false).0, Served::L2);
+    assert_eq!(m.access(0, l2set0(3), false).0, Served::L2);
+    assert_eq!(m.counters(0).l3_refs, 3, "only the three first misses left the core");
+    // The same accesses with an inclusive L2: line 0 left the core.
+    let mut m = model();
+    for n in [0, 1, 3] {
+        m.access(0, l2set0(n), false);
+    }
+    assert_eq!(m.access(0, l2set0(0), false).0, Served::L3);
+}
+
+#[test]
+fn counters_split_charged_loads_from_uncharged_stores() {
+    let mut m = model();
+    m.access(0, 0x5000, true);
+    // CPU 1's store takes CPU 0's modified line (a transfer, not charged), CPU 2 loads it
+    // from CPU 1 (a transfer, charged).
+    assert_eq!(m.access(1, 0x5000, true), (Served::SameCluster, 0));
+    assert_eq!(m.access(2, 0x5000, false), (Served::CrossCluster, 60));
+    assert_eq!(m.access(1, 0x6000, false), (Served::Dram, 100));
+    let (c0, c1, c2) = (m.counters(0), m.counters(1), m.counters(2));
+    assert_eq!((c0.l3_misses, c0.charged_dram, c0.charged_ps), (1, 0, 0), "a store miss to DRAM");
+    assert_eq!((c1.same_cluster_transfers, c1.charged_same_cluster), (1, 0));
+    assert_eq!((c1.l3_misses, c1.charged_dram, c1.charged_ps), (1, 1, 100));
+    assert_eq!((c2.cross_cluster_transfers, c2.charged_cross_cluster, c2.charged_ps), (1, 1, 60));
 }
