@@ -327,6 +327,14 @@ fn is_external(link: &str) -> bool {
 
 /// Every .html file under `dir` with its text.
 fn html_pages(dir: &Path) -> Result<Vec<(PathBuf, String)>> {
+    files_with_extension(dir, "html")?
+        .into_iter()
+        .map(|p| Ok((p.clone(), std::fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()))?)))
+        .collect()
+}
+
+/// Every file under `dir` whose name ends in `.ext`, sorted.
+fn files_with_extension(dir: &Path, ext: &str) -> Result<Vec<PathBuf>> {
     let mut out = vec![];
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
@@ -334,9 +342,8 @@ fn html_pages(dir: &Path) -> Result<Vec<(PathBuf, String)>> {
             let p = e?.path();
             if p.is_dir() {
                 stack.push(p);
-            } else if p.extension().is_some_and(|x| x == "html") {
-                let text = std::fs::read_to_string(&p)?;
-                out.push((p, text));
+            } else if p.extension().is_some_and(|x| x == ext) {
+                out.push(p);
             }
         }
     }
