@@ -15,7 +15,10 @@ pub const GUEST_LINKER: &str = "aarch64-linux-gnu-gcc";
 /// Static glibc from libc6-dev-arm64-cross.
 pub const STATIC_LIBC: &str = "/usr/aarch64-linux-gnu/lib/libc.a";
 pub const GUEST_RUSTFLAGS: &str = "-C target-feature=+crt-static";
-/// Step programs built besides init, installed as /bin/NAME.
+/// The one guest binary (rootfs/guest/guestbox) that holds init and every step program and
+/// runs the one its argv[0] names; the initramfs links each name to it.
+pub const GUEST_MULTICALL: &str = "guestbox";
+/// Step programs besides init, installed as /bin/NAME (names [`GUEST_MULTICALL`] answers to).
 pub const GUEST_PROGRAMS: &[&str] = &[
     "topology",
     "binder-smoke",
@@ -74,7 +77,8 @@ impl Default for GuestBuildOpts {
     }
 }
 
-/// Host paths of the built guest binaries.
+/// Host paths of the built guest programs (all [`GUEST_MULTICALL`]'s one binary, under the
+/// name it answers to; [`crate::pack_initramfs`] packs a file shared by several names once).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GuestBins {
     pub init: PathBuf,
@@ -181,7 +185,7 @@ fn describe(cmd: &Command) -> String {
     )
 }
 
-/// Cross-builds init and the step programs; checks each result is a static aarch64 ELF.
+/// Cross-builds the guest workspace; checks the multicall binary is a static aarch64 ELF.
 pub fn build_guest(opts: &GuestBuildOpts) -> Result<GuestBins> {
     check_prerequisites(opts)?;
     let mut cmd = guest_build_command(opts);
@@ -189,15 +193,11 @@ pub fn build_guest(opts: &GuestBuildOpts) -> Result<GuestBins> {
     if !status.success() {
         bail!("guest build failed ({status}): {}", describe(&cmd));
     }
-    let dir = opts.target_dir.join(GUEST_TARGET).join("release");
-    let bin = |name: &str| -> Result<PathBuf> {
-        let p = dir.join(name);
-        elf::check_static_aarch64(&p)?;
-        Ok(p)
-    };
+    let multicall = opts.target_dir.join(GUEST_TARGET).join("release").join(GUEST_MULTICALL);
+    elf::check_static_aarch64(&multicall)?;
     Ok(GuestBins {
-        init: bin("init")?,
-        programs: GUEST_PROGRAMS.iter().map(|n| Ok((n.to_string(), bin(n)?))).collect::<Result<_>>()?,
+        init: multicall.clone(),
+        programs: GUEST_PROGRAMS.iter().map(|n| (n.to_string(), multicall.clone())).collect(),
     })
 }
 
@@ -279,10 +279,24 @@ mod tests {
     #[ignore = "cross-builds the guest workspace"]
     fn builds_static_aarch64_binaries() {
         let bins = build_guest(&GuestBuildOpts { quiet: true, ..Default::default() }).unwrap();
-        assert!(bins.init.ends_with("aarch64-unknown-linux-gnu/release/init"));
+        assert!(bins.init.ends_with("aarch64-unknown-linux-gnu/release/guestbox"));
         for name in GUEST_PROGRAMS {
             elf::check_static_aarch64(bins.program(name).unwrap()).unwrap();
         }
+    }
+
+    // The guest binary dispatches on argv[0] with its own table: a program missing there
+    // would only fail in the guest ("no program named").
+    #[test]
+    fn multicall_table_names_every_program() {
+        let src = std::fs::read_to_string(guest_dir().join(GUEST_MULTICALL).join("src/main.rs")).unwrap();
+        let table: Vec<&str> = src
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("(\""))
+            .filter_map(|l| l.split_once("\", ").map(|(n, _)| n))
+            .collect();
+        let want: Vec<&str> = std::iter::once("init").chain(GUEST_PROGRAMS.iter().copied()).collect();
+        assert_eq!(table, want, "rootfs/guest/{GUEST_MULTICALL}/src/main.rs PROGRAMS against GUEST_PROGRAMS");
     }
 
     #[test]

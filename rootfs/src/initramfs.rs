@@ -152,12 +152,33 @@ pub fn pack_initramfs(spec: &InitramfsSpec) -> Result<Vec<u8>> {
     }
     // The kernel opens /dev/console for init's stdio before anything is mounted.
     t.add("dev/console", Kind::CharDev { major: 5, minor: 1, perm: 0o600 }, "built-in /dev/console".into())?;
-    t.add_host_file("init", &spec.init, true)?;
+    let mut named = vec![("init".to_string(), &spec.init)];
     for (name, host) in &spec.programs {
         if name.is_empty() || name.contains('/') {
             bail!("bad program name {name:?}");
         }
-        t.add_host_file(&format!("bin/{name}"), host, true)?;
+        named.push((format!("bin/{name}"), host));
+    }
+    // A host file under several names (the multicall guest binary) goes in once, as
+    // /bin/<its file name>, and each name is a symlink to it: the kernel unpacks every
+    // byte of the archive at each boot.
+    let mut uses: BTreeMap<&PathBuf, usize> = BTreeMap::new();
+    for (_, host) in &named {
+        *uses.entry(*host).or_default() += 1;
+    }
+    for (path, host) in &named {
+        if uses[host] == 1 {
+            t.add_host_file(path, host, true)?;
+            continue;
+        }
+        let file =
+            host.file_name().and_then(|f| f.to_str()).with_context(|| format!("bad file name {}", host.display()))?;
+        let shared = format!("bin/{file}");
+        if !t.nodes.contains_key(&shared) {
+            t.add_host_file(&shared, host, true)?;
+        }
+        let target = if path.starts_with("bin/") { file.to_string() } else { shared };
+        t.add(path, Kind::Symlink(target), format!("/{path}, a name of /bin/{file}"))?;
     }
     if let Some(bb) = &spec.busybox {
         t.add_host_file("bin/busybox", bb, true)?;
@@ -364,6 +385,23 @@ mod tests {
         let mut f = fixture();
         f.spec.overlay = Some(overlay(&f, &[("proc", b"x", 0o644)]));
         assert!(pack_initramfs(&f.spec).is_err());
+    }
+
+    #[test]
+    fn a_file_under_several_names_is_packed_once() {
+        let mut f = fixture();
+        let multi = f.dir.path().join("guestbox");
+        std::fs::write(&multi, b"MULTI").unwrap();
+        f.spec.init = multi.clone();
+        f.spec.programs = vec![("topology".into(), multi.clone()), ("binder-smoke".into(), multi)];
+        let entries = list_entries(&pack_initramfs(&f.spec).unwrap()).unwrap();
+        let get = |n: &str| entries.iter().find(|e| e.name == n).unwrap_or_else(|| panic!("no {n}")).clone();
+        assert_eq!((get("bin/guestbox").mode, get("bin/guestbox").data.as_slice()), (0o100755, &b"MULTI"[..]));
+        assert_eq!((get("init").mode, get("init").data.as_slice()), (0o120777, &b"bin/guestbox"[..]));
+        for p in ["bin/topology", "bin/binder-smoke"] {
+            assert_eq!((get(p).mode, get(p).data.as_slice()), (0o120777, &b"guestbox"[..]), "{p}");
+        }
+        assert_eq!(entries.iter().filter(|e| e.data.as_slice() == b"MULTI").count(), 1);
     }
 
     #[test]

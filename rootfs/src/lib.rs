@@ -14,6 +14,6 @@ pub use busybox::{busybox_deb_path, extract_busybox, BUSYBOX_APPLETS};
 pub use elf::check_static_aarch64;
 pub use guest::{
     build_guest, build_user_crate, check_prerequisites, guest_build_command, guest_dir, GuestBins, GuestBuildOpts,
-    GUEST_LINKER, GUEST_PROGRAMS, GUEST_RUSTFLAGS, GUEST_TARGET, STATIC_LIBC,
+    GUEST_LINKER, GUEST_MULTICALL, GUEST_PROGRAMS, GUEST_RUSTFLAGS, GUEST_TARGET, STATIC_LIBC,
 };
 pub use initramfs::{content_key, list_entries, pack_initramfs, write_initramfs, EntryInfo, InitramfsSpec, BASE_DIRS};

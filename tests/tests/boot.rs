@@ -95,12 +95,13 @@ fn overlay_binary_runs_from_a_plan() {
     let d = tempfile::tempdir().unwrap();
     let bins = rootfs_bins();
     std::fs::create_dir_all(d.path().join("overlay/bin")).unwrap();
-    // A user's own static binder client: here a copy of the smoke test under a new name.
+    // A user's own static binder client: here a copy of the guest's multicall binary under a
+    // new name, told which of its programs to be (busybox-style, `NAME ARGS`).
     std::fs::copy(bins.program("binder-smoke").unwrap(), d.path().join("overlay/bin/my-client")).unwrap();
     let plan = d.path().join("mine.toml");
     std::fs::write(
         &plan,
-        "name = \"mine\"\n[[steps]]\nname = \"my-client\"\nargv = [\"/bin/my-client\"]\ntimeout_s = 30\n",
+        "name = \"mine\"\n[[steps]]\nname = \"my-client\"\nargv = [\"/bin/my-client\", \"binder-smoke\"]\ntimeout_s = 30\n",
     )
     .unwrap();
     let mut o = opts(plan.to_str().unwrap());

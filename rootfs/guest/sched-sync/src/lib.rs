@@ -343,7 +343,7 @@ fn run(a: &Args) -> Result<bool> {
     Ok(all_ok)
 }
 
-fn main() {
+pub fn main() {
     benchkit::main("sched_sync", &[], &["iters", "client-cpu", "server-cpu", "pause-us", "cases"], run)
 }
 

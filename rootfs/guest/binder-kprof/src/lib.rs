@@ -160,7 +160,7 @@ fn run(a: &benchkit::Args, prog: &[String]) -> Result<bool, String> {
     Ok(code == 0)
 }
 
-fn main() {
+pub fn main() {
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let split = argv.iter().position(|a| a == "--").unwrap_or(argv.len());
     let prog: Vec<String> = argv.get(split + 1..).map(<[String]>::to_vec).unwrap_or_default();

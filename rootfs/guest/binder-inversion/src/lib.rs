@@ -186,7 +186,7 @@ struct Sent {
     sched: kstat::SchedStat,
 }
 
-fn main() {
+pub fn main() {
     benchkit::main(
         "inversion",
         &[],

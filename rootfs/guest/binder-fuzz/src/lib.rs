@@ -416,7 +416,7 @@ fn leftover_procs(baseline: &[i32], wait: Duration) -> Vec<testkit::logs::ProcSt
     }
 }
 
-fn main() {
+pub fn main() {
     let cfg = config();
     let scale = if testkit::is_debug_kernel() { 4.0 } else { 1.0 };
     eprintln!(

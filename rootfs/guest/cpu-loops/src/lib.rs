@@ -95,7 +95,7 @@ fn run(a: &benchkit::Args) -> Result<bool, String> {
     Ok(ok)
 }
 
-fn main() {
+pub fn main() {
     benchkit::main("cpu-loops", &["parallel"], &["cpus", "iters"], run)
 }
 

@@ -384,7 +384,7 @@ fn run(a: &Args) -> Result<bool, String> {
     Ok(ok)
 }
 
-fn main() {
+pub fn main() {
     benchkit::main("tiers", &["inherit-rt"], &["i", "s", "pair", "threads", "ctabs-mode", "prio-inherit"], run)
 }
 

@@ -278,6 +278,6 @@ fn run(a: &Args) -> Result<bool, String> {
     Ok(ok)
 }
 
-fn main() {
+pub fn main() {
     benchkit::main("throughput", &["p"], &["i", "s", "w", "t", "threads", "ctabs-mode", "defer-tc"], run)
 }

@@ -224,7 +224,7 @@ fn run(sink: &mut Sink) -> Result<(), String> {
     Ok(())
 }
 
-fn main() {
+pub fn main() {
     std::panic::set_hook(Box::new(|info| {
         let message = format!("init panicked: {info}");
         sys::log(&message);

@@ -203,7 +203,7 @@ impl Drop for VerboseGuard {
     }
 }
 
-fn main() {
+pub fn main() {
     let t = Instant::now();
     let domains = Path::new("/sys/kernel/debug/sched/domains");
     let guard = VerboseGuard::enable(Path::new("/sys/kernel/debug/sched/verbose"), domains);

@@ -550,7 +550,7 @@ fn toggle(a: &Args) -> Result<bool> {
     Ok(pass)
 }
 
-fn main() {
+pub fn main() {
     // A stuck call must end the step, not hang it.
     // SAFETY: alarm has no preconditions; SIGALRM's default action ends the process.
     unsafe { libc::alarm(600) };

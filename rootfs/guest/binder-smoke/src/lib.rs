@@ -160,7 +160,7 @@ fn round_trip() -> bool {
     }
 }
 
-fn main() {
+pub fn main() {
     let v = check_version();
     let rt = round_trip();
     std::process::exit(if v && rt { 0 } else { 1 });

@@ -265,7 +265,7 @@ fn leaks(
     }
 }
 
-fn main() {
+pub fn main() {
     let args = parse_args();
     let ctx = &args.ctx;
     if args.list {

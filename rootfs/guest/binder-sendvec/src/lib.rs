@@ -135,7 +135,7 @@ fn run(a: &Args) -> Result<bool, String> {
     Ok(ok)
 }
 
-fn main() {
+pub fn main() {
     benchkit::main("sendvec", &[], &["i", "max-size", "min-time", "ctabs-mode", "defer-tc"], run)
 }
 
