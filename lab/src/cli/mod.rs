@@ -39,7 +39,8 @@ pub struct Cli {
 pub enum Cmd {
     /// Install and check everything the builds need (idempotent).
     Setup {
-        /// Also Debian's lava-dispatcher, for `lava-run` of `lava-job`'s jobs.
+        /// Also LAVA from Debian: lava-dispatcher (`lava-run` of `lava-job`'s jobs), lava-server and
+        /// lavacli (a local LAVA instance for `lava-submit`, in the slower tests).
         #[arg(long)]
         lava: bool,
     },
@@ -133,6 +134,30 @@ pub enum Cmd {
         /// file:// paths into the output directory].
         #[arg(long, value_name = "URL")]
         artifact_url: Option<String>,
+        #[command(flatten)]
+        run: RunArgs,
+    },
+    /// Run the plan on a LAVA farm: one LAVA job per boot (as `lava-job` writes it), submitted
+    /// with lavacli; waits for each and reads the plan's results from the job's console into
+    /// the usual run directory and summary.
+    LavaSubmit {
+        /// The LAVA server's base URL (http or https), e.g. https://lava.example.org.
+        #[arg(long, env = "LAVA_SERVER", value_name = "URL")]
+        server: String,
+        /// The LAVA user whose API token is given.
+        #[arg(long, env = "LAVA_USER")]
+        user: String,
+        /// That user's API token.
+        #[arg(long, env = "LAVA_TOKEN", hide_env_values = true)]
+        token: String,
+        /// Where the farm's workers fetch the artifacts (Image, initramfs.cpio, board.dtb) from:
+        /// upload each run directory's artifacts there [default: file:// paths, for a worker on
+        /// this machine].
+        #[arg(long, value_name = "URL")]
+        artifact_url: Option<String>,
+        /// Jobs (boots) to submit; they run in parallel on the farm's devices.
+        #[arg(long, default_value_t = 1, value_name = "N")]
+        boots: usize,
         #[command(flatten)]
         run: RunArgs,
     },
@@ -301,6 +326,10 @@ pub fn execute(cmd: Cmd) -> Result<Exit> {
         Cmd::Gdb { run, gdb_args } => done(gdb::run(run.as_deref(), &gdb_args)),
         Cmd::GuestBuild { manifest, out } => done(guest_build::run(&manifest, out)),
         Cmd::LavaJob { out, artifact_url, run } => done(lava::run(out, artifact_url.as_deref(), &run)),
+        Cmd::LavaSubmit { server, user, token, artifact_url, boots, run } => {
+            let farm = crate::report::lava::Farm::new(&server, &user, &token)?;
+            lava::submit(&farm, artifact_url.as_deref(), boots, &run)
+        }
         Cmd::Conformance { cases, .. } if cases.list => {
             print!("{}", run::case_list());
             Ok(Exit::Ok)

@@ -4,7 +4,7 @@ use crate::kbuild::setup;
 use crate::support::paths;
 use anyhow::Result;
 
-/// `lava`: also Debian's lava-dispatcher, for `lava-run` of `lab lava-job`'s jobs.
+/// `lava`: also LAVA from Debian (lava-dispatcher, lava-server, lavacli): see ensure_lava.
 pub fn run(lava: bool) -> Result<()> {
     let cache = paths::cache();
     let tc = setup::ensure(&cache)?;

@@ -284,6 +284,32 @@ pub fn run_plan(plan: &Plan, opts: &RunOpts) -> Result<Outcome> {
     Ok(outcome)
 }
 
+/// The outcome of a boot that ran elsewhere (a LAVA job): its console lines, in order,
+/// through the same monitor a local boot uses (results from the `LABRESULT` lines), and how
+/// the remote run ended. Guest timing is the farm's, so there is no boot time.
+pub fn outcome_from_console(
+    dir: PathBuf,
+    prepared: &Prepared,
+    lines: Vec<String>,
+    ended_ok: bool,
+    status: &str,
+) -> Result<Outcome> {
+    let t0 = Instant::now();
+    let mut monitor = Monitor::new(&prepared.plan, Duration::from_secs(1), t0).without_timeouts();
+    for line in lines {
+        monitor.step(t0, Input::Console(line));
+    }
+    monitor.step(t0, Input::Exited { success: ended_ok, status: status.to_string() });
+    // Past the exit drain: decide now, on what arrived.
+    monitor.step(t0 + Duration::from_secs(3600), Input::Tick);
+    let run = monitor.finish().context("the remote run ended without a verdict")?;
+    let text: String = run.events.iter().map(Event::to_line).collect();
+    fs::write_atomic(&dir.join("results.jsonl"), text.as_bytes())?;
+    let mut o = outcome(dir, prepared, run, t0);
+    o.boot_s = None;
+    Ok(o)
+}
+
 /// The outcome of a finished run: its events plus KUnit's, splats, the topology check.
 fn outcome(dir: PathBuf, prepared: &Prepared, run: Finished, t0: Instant) -> Outcome {
     let mut events = run.events;

@@ -5,5 +5,6 @@ pub mod apt;
 pub mod debs;
 pub mod downloads;
 pub mod kcidb_io;
+pub mod postgres;
 pub mod qemu_src;
 pub mod toolchain;

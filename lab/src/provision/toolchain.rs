@@ -171,21 +171,33 @@ fn ensure_host_packages(cache: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Debian's lava-dispatcher, for `lava-run` of the lab's LAVA jobs (`lab setup --lava`; the
-/// builds do not need it). On bookworm its libguestfs pulls qemu-system-x86, which must come
-/// from backports like the lab's qemu-system-arm (they share qemu-system-common).
+/// LAVA from Debian (`lab setup --lava`; the builds do not need it): lava-dispatcher for
+/// `lava-run` of the lab's jobs, and lava-server with lavacli for a LAVA instance on this
+/// machine (`lab lava-submit` against it, in the slower tests). On bookworm libguestfs pulls
+/// qemu-system-x86, which must come from backports like the lab's qemu-system-arm (they share
+/// qemu-system-common). lava-server's postinst creates its database, so PostgreSQL is
+/// installed first and its cluster runs during the install (stopped again after).
 pub fn ensure_lava(cache: &Path) -> Result<()> {
-    if crate::support::process::have_tool("lava-run") {
+    if ["lava-run", "lava-server", "lavacli"].iter().all(|t| crate::support::process::have_tool(t)) {
         return Ok(());
     }
     let codename = apt::host_codename();
-    let mut pkgs = vec!["lava-dispatcher".to_string()];
-    if codename.as_deref() == Some("bookworm") {
+    let bookworm = codename.as_deref().filter(|c| *c == "bookworm");
+    apt::host_install(&["postgresql".to_string()], None, cache)?;
+    let started = crate::provision::postgres::start_cluster()?;
+    let mut pkgs: Vec<String> = ["lava-dispatcher", "lava-server", "lavacli"].map(String::from).to_vec();
+    if bookworm.is_some() {
         pkgs.push("qemu-system-x86/bookworm-backports".into());
     }
-    apt::host_install(&pkgs, codename.as_deref().filter(|c| *c == "bookworm"), cache)?;
-    if !crate::support::process::have_tool("lava-run") {
-        bail!("lava-run still missing after installing lava-dispatcher");
+    let installed = apt::host_install(&pkgs, bookworm, cache);
+    if let Some(c) = started {
+        crate::provision::postgres::stop_cluster(&c)?;
+    }
+    installed?;
+    for t in ["lava-run", "lava-server", "lavacli"] {
+        if !crate::support::process::have_tool(t) {
+            bail!("{t} still missing after installing lava-dispatcher, lava-server and lavacli");
+        }
     }
     Ok(())
 }

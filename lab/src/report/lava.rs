@@ -7,11 +7,15 @@
 //! (`device.yaml`), so `lava-run` runs the job locally, as the slower e2e test does.
 
 use crate::harness::opts::{load_plan, RunOpts};
+use crate::harness::outcome::Outcome;
+use crate::harness::prepare::new_run_dir;
 use crate::harness::prepare::{prepare, vm_spec, Prepared};
 use crate::harness::qemu::{shell_line, Console};
-use anyhow::{Context, Result};
+use crate::support::{paths, progress};
+use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
+use std::process::Command;
 
 /// Options the qemu device type (or the deploy action) already gives QEMU, with their value.
 const FROM_DEVICE_TYPE: &[&str] =
@@ -22,6 +26,8 @@ const FROM_DEVICE_TYPE_FLAGS: &[&str] = &["-nodefaults", "-no-user-config"];
 pub struct Written {
     pub job: PathBuf,
     pub device: PathBuf,
+    /// What the job boots (plan, board, kernel): to read its results back.
+    pub prepared: Prepared,
 }
 
 /// The lab's argv as the qemu device type's `extra_options`: without the machine, CPU and
@@ -160,12 +166,135 @@ pub fn write(opts: &RunOpts, out: &Path, url_base: Option<&str>) -> Result<Writt
         None => format!("file://{}", out.join(f).display()),
     };
     let job = job(&p, &spec.argv(), &url, &p.kernel.flavor);
-    let written = Written { job: out.join("job.yaml"), device: out.join("device.yaml") };
+    let written = Written { job: out.join("job.yaml"), device: out.join("device.yaml"), prepared: p };
     // JSON is YAML: LAVA reads both files with a YAML loader.
     crate::support::fs::write_atomic(&written.job, serde_json::to_string_pretty(&job)?.as_bytes())?;
     crate::support::fs::write_atomic(&written.device, serde_json::to_string_pretty(&device_config(&job))?.as_bytes())?;
     crate::support::fs::write_atomic(&out.join("device-dict.jinja2"), DEVICE_DICT.as_bytes())?;
     Ok(written)
+}
+
+/// A LAVA server, reached with Debian's `lavacli` (XML-RPC; http or https, the user's API
+/// token in the URI as lavacli takes it).
+pub struct Farm {
+    uri: String,
+    /// The URI without the token, for messages.
+    shown: String,
+}
+
+impl Farm {
+    /// `server` is the farm's base URL (`https://lava.example.org`).
+    pub fn new(server: &str, user: &str, token: &str) -> Result<Farm> {
+        let Some((scheme, host)) = server.trim_end_matches('/').split_once("://") else {
+            bail!("--server {server:?}: give the farm's base URL, e.g. https://lava.example.org");
+        };
+        if user.is_empty() || token.is_empty() {
+            bail!("a LAVA user and API token are needed: --user NAME and --token TOKEN (or LAVA_USER, LAVA_TOKEN); a token is made in the server's web UI (API -> Authentication Tokens) or with `lava-server manage tokens add --user NAME`");
+        }
+        let host = host.trim_end_matches("/RPC2");
+        Ok(Farm { uri: format!("{scheme}://{user}:{token}@{host}/RPC2"), shown: format!("{scheme}://{user}@{host}") })
+    }
+
+    fn lavacli(&self, args: &[&str]) -> Result<String> {
+        let out = Command::new("lavacli").arg("--uri").arg(&self.uri).args(args).output().context(
+            "running lavacli (Debian's lavacli package: apt-get install lavacli, or cargo make setup --lava)",
+        )?;
+        if !out.status.success() {
+            bail!(
+                "lavacli {} against {} failed ({}): {}",
+                args.join(" "),
+                self.shown,
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// Submits a job definition; its job id.
+    pub fn submit(&self, job: &Path) -> Result<u64> {
+        let out = self.lavacli(&["jobs", "submit", &job.display().to_string()])?;
+        out.split_whitespace()
+            .next()
+            .and_then(|id| id.parse().ok())
+            .with_context(|| format!("lavacli jobs submit printed no job id: {out:?}"))
+    }
+
+    /// Waits for the job to finish; its health ("Complete", "Incomplete", "Canceled") and
+    /// failure comment.
+    pub fn wait(&self, id: u64) -> Result<(String, Option<String>)> {
+        let id = id.to_string();
+        self.lavacli(&["jobs", "wait", &id, "--polling", "2"])?;
+        let show: Value = serde_json::from_str(&self.lavacli(&["jobs", "show", &id, "--json"])?)
+            .context("lavacli jobs show --json printed no JSON")?;
+        let health = show["health"].as_str().unwrap_or("Unknown").to_string();
+        Ok((health, show["failure_comment"].as_str().map(String::from)))
+    }
+
+    /// The job's console: the lines its log records from the target.
+    pub fn console(&self, id: u64) -> Result<Vec<String>> {
+        Ok(target_lines(&self.lavacli(&["jobs", "logs", &id.to_string(), "--raw", "--no-follow"])?))
+    }
+
+    /// The web page of a job.
+    pub fn job_url(&self, id: u64) -> String {
+        let base =
+            self.shown.split_once('@').map(|(s, h)| format!("{}://{h}", s.split("://").next().unwrap_or("http")));
+        format!("{}/scheduler/job/{id}", base.unwrap_or_default())
+    }
+}
+
+/// The target's lines from a raw LAVA job log (a YAML list of flow mappings, one per line,
+/// `- {"dt": ..., "lvl": "target", "msg": "..."}`, JSON-compatible). The dispatcher's shell
+/// logger escapes each `"` of the console as `\"` (and nothing else) before logging the
+/// line; undone here, so a `LABRESULT` line reads as the init wrote it.
+pub fn target_lines(log: &str) -> Vec<String> {
+    log.lines()
+        .filter_map(|l| l.strip_prefix("- "))
+        .filter(|l| l.contains(r#""lvl": "target""#))
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok()?["msg"].as_str().map(|m| m.replace("\\\"", "\"")))
+        .collect()
+}
+
+/// `boots` LAVA jobs of the plan, submitted together (the farm runs them in parallel) and
+/// collected in order: each boot's run directory gets its console.log, results.jsonl and
+/// reports, read from the job's console; the first also holds the job and its artifacts.
+pub fn submit_and_collect(
+    opts: &RunOpts,
+    farm: &Farm,
+    artifact_url: Option<&str>,
+    boots: usize,
+) -> Result<Vec<Outcome>> {
+    let name = paths::path_safe(&format!("lava-{}-{}", opts.board, opts.plan));
+    let first = new_run_dir(&name)?;
+    let w = write(opts, &first, artifact_url)?;
+    let mut jobs = vec![];
+    for boot in 0..boots {
+        let dir = if boot == 0 { first.clone() } else { new_run_dir(&format!("{name}-{boot}"))? };
+        let id = farm.submit(&w.job)?;
+        progress::note(format!("LAVA job {id}: {}", farm.job_url(id)));
+        jobs.push((id, dir));
+    }
+    let mut outcomes = vec![];
+    for (id, dir) in jobs {
+        let (health, comment) = farm.wait(id)?;
+        let lines = farm.console(id)?;
+        let mut log = lines.join("\n");
+        log.push('\n');
+        crate::support::fs::write_atomic(&dir.join("console.log"), log.as_bytes())?;
+        crate::support::fs::write_atomic(
+            &dir.join("lava-job.txt"),
+            format!("{}\n{health}\n", farm.job_url(id)).as_bytes(),
+        )?;
+        let status = match comment {
+            Some(c) => format!("LAVA job {id}: {health} ({c})"),
+            None => format!("LAVA job {id}: {health}"),
+        };
+        let o = crate::harness::run::outcome_from_console(dir, &w.prepared, lines, health == "Complete", &status)?;
+        crate::report::write_reports(&o.dir, &o)?;
+        outcomes.push(o);
+    }
+    Ok(outcomes)
 }
 
 #[cfg(test)]
@@ -225,5 +354,34 @@ mod tests {
             duration_ms: 1.0,
         };
         assert!(end.to_line().starts_with(m[1]["end"].as_str().unwrap()));
+    }
+
+    // Recorded from LAVA 2023.01 (lavacli jobs logs --raw) of a lab job: the shell logger's
+    // escaped quotes, a level that is not the target's, a line that is not a mapping.
+    #[test]
+    fn target_lines_read_the_console_back() {
+        let log = concat!(
+            "- {\"dt\": \"2026-12-02T01:32:29.598380\", \"lvl\": \"info\", \"msg\": \"start: 0 validate\"}\n",
+            "- {\"dt\": \"2026-12-02T01:36:37.810027\", \"lvl\": \"target\", \"msg\": \"lab-init: results go to the console as 'LABRESULT' lines\"}\n",
+            r#"- {"dt": "2026-12-02T01:36:37.964839", "lvl": "target", "msg": "LABRESULT {\\\"type\\\":\\\"step_start\\\",\\\"step\\\":\\\"a \\\\\"q\\\\\"\\\"}"}"#,
+            "\n",
+            "not yaml\n",
+        );
+        let lines = target_lines(log);
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert_eq!(lines[1], r#"LABRESULT {"type":"step_start","step":"a \"q\""}"#);
+        let ev = lines[1].split_once("LABRESULT ").and_then(|(_, j)| labproto::Event::parse_line(j));
+        assert!(matches!(ev, Some(labproto::Event::StepStart { step }) if step == "a \"q\""));
+    }
+
+    #[test]
+    fn farm_needs_a_url_and_a_token() {
+        let e = Farm::new("lava.example.org", "u", "t").err().unwrap().to_string();
+        assert!(e.contains("base URL"), "{e}");
+        let e = Farm::new("https://lava.example.org", "u", "").err().unwrap().to_string();
+        assert!(e.contains("--token"), "{e}");
+        let f = Farm::new("https://lava.example.org/", "u", "t").unwrap();
+        assert_eq!(f.uri, "https://u:t@lava.example.org/RPC2");
+        assert_eq!(f.job_url(7), "https://lava.example.org/scheduler/job/7");
     }
 }
