@@ -205,7 +205,8 @@ impl Farm {
                 args.join(" "),
                 self.shown,
                 out.status,
-                String::from_utf8_lossy(&out.stderr).trim()
+                // `jobs wait` says "timeout!" on stdout.
+                [&out.stderr, &out.stdout].map(|b| String::from_utf8_lossy(b).trim().to_string()).join(" ").trim()
             );
         }
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
@@ -220,11 +221,11 @@ impl Farm {
             .with_context(|| format!("lavacli jobs submit printed no job id: {out:?}"))
     }
 
-    /// Waits for the job to finish; its health ("Complete", "Incomplete", "Canceled") and
-    /// failure comment.
-    pub fn wait(&self, id: u64) -> Result<(String, Option<String>)> {
+    /// Waits up to `timeout_s` for the job to finish; its health ("Complete", "Incomplete",
+    /// "Canceled") and failure comment.
+    pub fn wait(&self, id: u64, timeout_s: u64) -> Result<(String, Option<String>)> {
         let id = id.to_string();
-        self.lavacli(&["jobs", "wait", &id, "--polling", "2"])?;
+        self.lavacli(&["jobs", "wait", &id, "--polling", "2", "--timeout", &timeout_s.to_string()])?;
         let show: Value = serde_json::from_str(&self.lavacli(&["jobs", "show", &id, "--json"])?)
             .context("lavacli jobs show --json printed no JSON")?;
         let health = show["health"].as_str().unwrap_or("Unknown").to_string();
@@ -256,6 +257,9 @@ pub fn target_lines(log: &str) -> Vec<String> {
         .collect()
 }
 
+/// How long a job may wait for a device, beyond its own timeout.
+const QUEUE_WAIT_S: u64 = 3600;
+
 /// `boots` LAVA jobs of the plan, submitted together (the farm runs them in parallel) and
 /// collected in order: each boot's run directory gets its console.log, results.jsonl and
 /// reports, read from the job's console; the first also holds the job and its artifacts.
@@ -275,9 +279,13 @@ pub fn submit_and_collect(
         progress::note(format!("LAVA job {id}: {}", farm.job_url(id)));
         jobs.push((id, dir));
     }
+    // The job's own timeout plus an hour in the farm's queue: a job no device takes (no
+    // `qemu` device, its worker offline) fails the command instead of hanging it.
+    let job: Value = serde_json::from_slice(&std::fs::read(&w.job)?)?;
+    let wait_s = job["timeouts"]["job"]["seconds"].as_u64().unwrap_or(3600) + QUEUE_WAIT_S;
     let mut outcomes = vec![];
     for (id, dir) in jobs {
-        let (health, comment) = farm.wait(id)?;
+        let (health, comment) = farm.wait(id, wait_s)?;
         let lines = farm.console(id)?;
         let mut log = lines.join("\n");
         log.push('\n');
