@@ -31,6 +31,10 @@ pub struct Prepared {
 /// Builds what is missing and writes the DTB and initramfs into `dir`.
 pub fn prepare(opts: &RunOpts, plan: Plan, dir: &Path) -> Result<Prepared> {
     let cache = paths::cache();
+    // A misspelt crate is refused before anything is built.
+    for c in &plan.crates {
+        crate::provision::crates::CrateSpec::parse(c)?;
+    }
     let (board, board_sha256) = load_board_file(&opts.board, opts.smp, opts.memory.as_deref())?;
     let board = if opts.no_eas { board.without_eas() } else { board };
     check_hicount(opts, &board)?;
@@ -58,6 +62,9 @@ pub fn prepare(opts: &RunOpts, plan: Plan, dir: &Path) -> Result<Prepared> {
     let debs: Vec<String> = opts.debs.iter().chain(&plan.debs).cloned().collect();
     if !debs.is_empty() {
         spec.debs = Some(crate::provision::debs::overlay(&cache, &debs)?.root);
+    }
+    if !plan.crates.is_empty() {
+        spec.crates = Some(crate::provision::crates::overlay(&cache, &plan.crates)?);
     }
     let initrd = dir.join("initramfs.cpio");
     rootfs::write_initramfs(&spec, &initrd)?;
