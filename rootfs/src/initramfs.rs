@@ -29,6 +29,9 @@ pub struct InitramfsSpec {
     pub overlay: Option<PathBuf>,
     /// Unpacked Debian packages (`--deb`), added like an overlay, before it.
     pub debs: Option<PathBuf>,
+    /// Registry crates' executables (a plan's `crates`), added like an overlay, after the
+    /// packages and before the user's overlay.
+    pub crates: Option<PathBuf>,
 }
 
 impl InitramfsSpec {
@@ -192,7 +195,7 @@ pub fn pack_initramfs(spec: &InitramfsSpec) -> Result<Vec<u8>> {
     }
     let plan = labproto::PLAN_PATH.trim_start_matches('/');
     t.add(plan, Kind::File { data: spec.plan_json.as_bytes().to_vec(), exec: false }, format!("the plan /{plan}"))?;
-    for o in spec.debs.iter().chain(&spec.overlay) {
+    for o in spec.debs.iter().chain(&spec.crates).chain(&spec.overlay) {
         if !o.is_dir() {
             bail!("overlay {} is not a directory", o.display());
         }
@@ -283,6 +286,7 @@ mod tests {
             plan_json: PLAN.into(),
             overlay: None,
             debs: None,
+            crates: None,
         };
         Fixture { dir, spec }
     }

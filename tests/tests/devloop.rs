@@ -414,3 +414,24 @@ fn own_client_recipe_has_its_files() {
         assert!(names.iter().any(|n| n == want), "{OWN_CLIENT_PAGE} lost {want}: {names:?}");
     }
 }
+
+/// The `thirdparty` plan: rsbinder's rsb_hub (built from crates.io by the plan's `crates`) as
+/// the context manager and libgbinder's tools (Debian's, by its `debs`) as clients, through
+/// each driver: the Rust one (perf, debug) and the C one (cbinder).
+#[test]
+#[ignore = "cross-builds rsbinder-tools from crates.io (minutes, once) and boots three kernels: cargo test -p lab-tests --test devloop -- --ignored thirdparty"]
+fn thirdparty_stacks_talk_through_each_driver() {
+    for flavor in ["perf", "debug", "cbinder"] {
+        let o = RunOpts { flavor: flavor.into(), ..opts("thirdparty") };
+        let out = run_and_report(&o).unwrap();
+        assert_ok(&out);
+        for step in ["setup", "rsb_service-list", "binder-list", "binder-ping", "binder-call"] {
+            let ended_ok = out
+                .events
+                .iter()
+                .any(|e| matches!(e, labproto::Event::StepEnd { step: s, exit_code: Some(0), .. } if s == step));
+            assert!(ended_ok, "{flavor}: {step} did not exit 0:\n{}", summary(&out));
+        }
+        assert!(out.step_output["binder-list"].iter().any(|l| l == "manager"), "{flavor}: {:?}", out.step_output);
+    }
+}

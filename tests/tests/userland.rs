@@ -103,3 +103,62 @@ fn deb_unknown_package_is_named() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("--deb \"Bad_Name\": not a Debian package name"), "{stderr}");
 }
+
+/// `--gdbserver`: Debian's gdbserver on the guest console /dev/hvc0 and the host's
+/// gdb-multiarch attached by `lab gdb --user`: it stops binder-smoke (stripped, as every guest
+/// program) at its first ioctl, reads the request from x1 (BINDER_VERSION), and the program
+/// then runs to its end under gdb, so the step passes.
+#[test]
+fn gdbserver_on_hvc0_takes_host_gdb() {
+    use std::io::BufRead;
+    let mut run = std::process::Command::new(lab_tests::lab_bin())
+        .args(["run", "--gdbserver", "--", "gdbserver", "/dev/hvc0", "/bin/binder-smoke"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run lab");
+    // The step's output streams on stdout; attach once gdbserver waits on the console. The
+    // reader keeps draining stdout after that, so lab never writes into a closed pipe.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stdout = run.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut all = vec![];
+        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+            if line.contains("Remote debugging using /dev/hvc0") {
+                let _ = tx.send(());
+            }
+            all.push(line);
+        }
+        all.join("\n")
+    });
+    if rx.recv_timeout(std::time::Duration::from_secs(600)).is_err() {
+        let _ = run.kill();
+        panic!("gdbserver never listened:\n{}", reader.join().unwrap());
+    }
+    let gdb = lab(&[
+        "gdb",
+        "--user",
+        "--",
+        "-batch",
+        "-ex",
+        "catch syscall ioctl",
+        "-ex",
+        "continue",
+        "-ex",
+        "p/x $x1",
+        "-ex",
+        "delete",
+        "-ex",
+        "continue",
+        // The host's hang-up never reaches the guest's console: gdbserver is told to exit.
+        "-ex",
+        "monitor exit",
+    ]);
+    let text = String::from_utf8_lossy(&gdb.stdout).to_string() + &String::from_utf8_lossy(&gdb.stderr);
+    let out = run.wait_with_output().expect("lab run ends");
+    let stdout = reader.join().unwrap();
+    assert!(text.contains("syscall ioctl), "), "{text}");
+    assert!(text.contains("= 0xc0046209"), "BINDER_VERSION's request in x1:\n{text}");
+    assert!(text.contains("exited normally"), "{text}");
+    assert_eq!(out.status.code(), Some(0), "stdout:\n{stdout}\nstderr:\n{}", String::from_utf8_lossy(&out.stderr));
+}

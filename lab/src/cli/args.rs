@@ -159,6 +159,11 @@ pub struct RunFields {
     /// timeouts apply while the guest waits for gdb.
     #[arg(long)]
     pub gdb: bool,
+    /// Give the guest a console, /dev/hvc0, on the run directory's hvc0.sck, and Debian's
+    /// gdbserver (as --deb gdbserver): run `gdbserver /dev/hvc0 PROG` in a step and attach
+    /// with `cargo make gdb --user` (docs: userland).
+    #[arg(long)]
+    pub gdbserver: bool,
     /// Write the guest's memory to FILE as an ELF core (readable by drgn and crash) when the
     /// plan ends or the guest panics.
     #[arg(long, value_name = "FILE")]
@@ -226,7 +231,12 @@ impl RunArgs {
             flavor: self.flavor.clone(),
             tcg: self.tcg.unwrap_or(Tcg::Single),
             overlay: self.overlay.clone(),
-            debs: self.debs.clone(),
+            debs: self
+                .debs
+                .iter()
+                .cloned()
+                .chain(self.gdbserver.then(|| "gdbserver".to_string()).filter(|g| !self.debs.contains(g)))
+                .collect(),
             boot_timeout: std::time::Duration::from_secs(self.boot_timeout),
             echo: self.verbose,
             pin: self.pin,
@@ -246,6 +256,7 @@ impl RunArgs {
             memory: self.memory.clone(),
             kconfig: self.kconfig.extras(),
             gdb: self.gdb,
+            gdbserver: self.gdbserver,
             dump: self.dump.as_ref().map(|p| std::path::absolute(p).unwrap_or_else(|_| p.clone())),
             trace: self.trace.clone(),
             no_eas: self.no_eas,
@@ -312,6 +323,7 @@ mod tests {
         ("kconfig", &["x.config"]),
         ("kconfig-add", &["CONFIG_A=y", "CONFIG_B=n"]),
         ("gdb", &[]),
+        ("gdbserver", &[]),
         ("dump", &["core.elf"]),
         ("trace", &["binder:*,sched:sched_switch"]),
         ("jobs", &["2"]),

@@ -109,6 +109,10 @@ pub enum Cmd {
         /// Run directory of the guest to attach to.
         #[arg(long)]
         run: Option<std::path::PathBuf>,
+        /// Attach to `gdbserver /dev/hvc0 PROG` in a guest started with `--gdbserver`, not
+        /// to the kernel.
+        #[arg(long)]
+        user: bool,
         /// Passed to gdb, e.g. `-- -batch -ex 'break rust_binder_ioctl' -ex continue`.
         #[arg(last = true)]
         gdb_args: Vec<String>,
@@ -323,7 +327,7 @@ pub fn execute(cmd: Cmd) -> Result<Exit> {
         Cmd::DriverCheck => done(crate::kbuild::driver_check::run()),
         Cmd::Reproduce { from: Some(dir), .. } => done(reproduce::rerender(&dir)),
         // gdb's own exit code is passed on.
-        Cmd::Gdb { run, gdb_args } => done(gdb::run(run.as_deref(), &gdb_args)),
+        Cmd::Gdb { run, user, gdb_args } => done(gdb::run(run.as_deref(), user, &gdb_args)),
         Cmd::GuestBuild { manifest, out } => done(guest_build::run(&manifest, out)),
         Cmd::LavaJob { out, artifact_url, run } => done(lava::run(out, artifact_url.as_deref(), &run)),
         Cmd::LavaSubmit { server, user, token, artifact_url, boots, run } => {

@@ -1,5 +1,6 @@
 //! `lab gdb` (`cargo make gdb`): attach gdb-multiarch to a guest started with `--gdb`, with the
-//! run's vmlinux and the kernel's own gdb helpers (scripts/gdb) loaded.
+//! run's vmlinux and the kernel's own gdb helpers (scripts/gdb) loaded; or, with `--user`, to a
+//! `gdbserver` in a guest started with `--gdbserver`, over the guest console `/dev/hvc0`.
 
 use crate::harness::qemu::VmSpec;
 use crate::kbuild::kernel::Built;
@@ -12,6 +13,17 @@ pub const GDB: &str = "gdb-multiarch";
 /// What `lab gdb` needs to attach: written into the run directory when QEMU starts.
 pub const GDB_TARGET: &str = "gdb-target.json";
 
+/// What `lab gdb --user` needs: written into the run directory when QEMU starts.
+pub const USER_TARGET: &str = "gdbserver-target.json";
+
+/// Where a userspace gdbserver in the guest is reached (`--gdbserver`).
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize, PartialEq)]
+pub struct UserTarget {
+    /// The socket behind the guest's `/dev/hvc0`.
+    pub socket: PathBuf,
+    pub qemu_pid: u32,
+}
+
 /// Where to attach gdb, for `lab gdb` and for the user.
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize, PartialEq)]
 pub struct GdbTarget {
@@ -22,8 +34,17 @@ pub struct GdbTarget {
     pub qemu_pid: u32,
 }
 
-/// With `--gdb`: writes the run's gdb target file and tells the user how to attach.
+/// With `--gdb` or `--gdbserver`: writes the run's target files and tells the user how to attach.
 pub fn announce(dir: &Path, kernel: &Built, spec: &VmSpec, pid: u32) -> Result<()> {
+    if let Some(socket) = spec.gdbserver.clone() {
+        let t = UserTarget { socket, qemu_pid: pid };
+        crate::support::fs::write_atomic(&dir.join(USER_TARGET), serde_json::to_string_pretty(&t)?.as_bytes())?;
+        note(format!(
+            "the guest's /dev/hvc0 is {}: run `gdbserver /dev/hvc0 PROG` in a step, then attach with \
+             `cargo make gdb --user`",
+            t.socket.display()
+        ));
+    }
     let Some(socket) = spec.gdb.clone() else { return Ok(()) };
     let t = GdbTarget { socket, vmlinux: kernel.vmlinux(), gdb_script: kernel.gdb_script(), qemu_pid: pid };
     crate::support::fs::write_atomic(&dir.join(GDB_TARGET), serde_json::to_string_pretty(&t)?.as_bytes())?;
@@ -40,36 +61,72 @@ pub fn announce(dir: &Path, kernel: &Built, spec: &VmSpec, pid: u32) -> Result<(
     Ok(())
 }
 
+/// A target file that names the QEMU it belongs to.
+trait Target: serde::de::DeserializeOwned {
+    const FILE: &'static str;
+    const OPTION: &'static str;
+    const START: &'static str;
+    fn qemu_pid(&self) -> u32;
+}
+
+impl Target for GdbTarget {
+    const FILE: &'static str = GDB_TARGET;
+    const OPTION: &'static str = "--gdb";
+    const START: &'static str = "cargo make run-qemu --gdb --kconfig kernel-config/extra/gdb.config";
+    fn qemu_pid(&self) -> u32 {
+        self.qemu_pid
+    }
+}
+
+impl Target for UserTarget {
+    const FILE: &'static str = USER_TARGET;
+    const OPTION: &'static str = "--gdbserver";
+    const START: &'static str = "cargo make run-qemu --gdbserver -- gdbserver /dev/hvc0 /bin/binder-smoke";
+    fn qemu_pid(&self) -> u32 {
+        self.qemu_pid
+    }
+}
+
 /// The run to attach to: `run` if given, else the newest run whose QEMU still runs.
 pub fn find_target(runs: &Path, run: Option<&Path>) -> Result<GdbTarget> {
+    find(runs, run)
+}
+
+/// [`find_target`] for `--gdbserver` runs.
+pub fn find_user_target(runs: &Path, run: Option<&Path>) -> Result<UserTarget> {
+    find(runs, run)
+}
+
+fn find<T: Target>(runs: &Path, run: Option<&Path>) -> Result<T> {
     if let Some(dir) = run {
-        return load(&dir.join(GDB_TARGET));
+        return load(&dir.join(T::FILE));
     }
     let mut found: Vec<(std::time::SystemTime, PathBuf)> = std::fs::read_dir(runs)
         .map(|rd| {
             rd.flatten()
-                .map(|e| e.path().join(GDB_TARGET))
+                .map(|e| e.path().join(T::FILE))
                 .filter_map(|p| Some((p.metadata().ok()?.modified().ok()?, p)))
                 .collect()
         })
         .unwrap_or_default();
     found.sort();
     for (_, p) in found.into_iter().rev() {
-        let t = load(&p)?;
-        if alive(t.qemu_pid) {
+        let t: T = load(&p)?;
+        if alive(t.qemu_pid()) {
             return Ok(t);
         }
     }
     bail!(
-        "no running guest waits for gdb under {}: start one in another terminal with \
-         `cargo make run-qemu --gdb --kconfig kernel-config/extra/gdb.config`, or name a run with --run DIR",
-        runs.display()
+        "no running guest started with {} under {}: start one in another terminal with `{}`, or name a run with --run DIR",
+        T::OPTION,
+        runs.display(),
+        T::START
     )
 }
 
-fn load(path: &Path) -> Result<GdbTarget> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("{}: not a run started with --gdb", path.display()))?;
+fn load<T: Target>(path: &Path) -> Result<T> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("{}: not a run started with {}", path.display(), T::OPTION))?;
     serde_json::from_str(&text).with_context(|| format!("{} is not a gdb target file", path.display()))
 }
 
@@ -89,13 +146,29 @@ pub fn argv(t: &GdbTarget, extra: &[String]) -> Vec<String> {
     v
 }
 
-/// Runs gdb in the foreground and returns its exit code.
-pub fn run(runs: &Path, run: Option<&Path>, extra: &[String]) -> Result<i32> {
-    let t = find_target(runs, run)?;
-    if t.gdb_script.is_none() {
-        note("no scripts/gdb helpers in this kernel (lx-* commands missing); see kernel-config/extra/gdb.config");
-    }
-    let a = argv(&t, extra);
+/// gdb's argv for a guest gdbserver: the program's file comes from gdbserver itself
+/// (gdb's default sysroot `target:`), so only the connection and the user's arguments. The
+/// extended protocol keeps gdb connected after the program ends, so `monitor exit` can end
+/// gdbserver: a host hang-up never reaches the guest's console, and gdbserver would wait.
+pub fn user_argv(t: &UserTarget, extra: &[String]) -> Vec<String> {
+    let mut v =
+        vec![GDB.to_string(), "-q".into(), "-ex".into(), format!("target extended-remote {}", t.socket.display())];
+    v.extend(extra.iter().cloned());
+    v
+}
+
+/// Runs gdb in the foreground and returns its exit code; `user`: attach to the guest's
+/// gdbserver instead of QEMU's gdbstub.
+pub fn run(runs: &Path, run: Option<&Path>, user: bool, extra: &[String]) -> Result<i32> {
+    let a = if user {
+        user_argv(&find_user_target(runs, run)?, extra)
+    } else {
+        let t = find_target(runs, run)?;
+        if t.gdb_script.is_none() {
+            note("no scripts/gdb helpers in this kernel (lx-* commands missing); see kernel-config/extra/gdb.config");
+        }
+        argv(&t, extra)
+    };
     let st = Command::new(&a[0])
         .args(&a[1..])
         .status()
@@ -154,5 +227,17 @@ mod tests {
         assert_eq!(find_target(d.path(), None).unwrap().qemu_pid, std::process::id());
         assert_eq!(find_target(d.path(), Some(&d.path().join("b"))).unwrap().qemu_pid, u32::MAX / 2);
         assert!(find_target(d.path(), Some(Path::new("/nonexistent"))).is_err());
+        // A --gdb run is not a --gdbserver run.
+        let e = find_user_target(d.path(), None).unwrap_err().to_string();
+        assert!(e.contains("--gdbserver"), "{e}");
+    }
+
+    #[test]
+    fn user_argv_connects_to_the_guest_console() {
+        let t = UserTarget { socket: "/r/hvc0.sck".into(), qemu_pid: 1 };
+        assert_eq!(
+            user_argv(&t, &["-batch".into()]),
+            [GDB, "-q", "-ex", "target extended-remote /r/hvc0.sck", "-batch"]
+        );
     }
 }

@@ -43,6 +43,8 @@ pub struct RunOpts {
     pub kconfig: crate::kbuild::kernel::Extras,
     /// Start halted with QEMU's gdbstub (and `nokaslr`); no timeouts while gdb holds the guest.
     pub gdb: bool,
+    /// A guest console `/dev/hvc0` on the run's `hvc0.sck` for a userspace `gdbserver`.
+    pub gdbserver: bool,
     /// Write an ELF memory dump here when the plan ends or the guest panics.
     pub dump: Option<PathBuf>,
     /// Trace events around every step (`--trace`), saved under `<run>/trace/`.
@@ -91,6 +93,7 @@ impl Default for RunOpts {
             name: String::new(),
             kconfig: Default::default(),
             gdb: false,
+            gdbserver: false,
             dump: None,
             trace: None,
             no_eas: false,

@@ -31,6 +31,10 @@ pub struct Prepared {
 /// Builds what is missing and writes the DTB and initramfs into `dir`.
 pub fn prepare(opts: &RunOpts, plan: Plan, dir: &Path) -> Result<Prepared> {
     let cache = paths::cache();
+    // A misspelt crate is refused before anything is built.
+    for c in &plan.crates {
+        crate::provision::crates::CrateSpec::parse(c)?;
+    }
     let (board, board_sha256) = load_board_file(&opts.board, opts.smp, opts.memory.as_deref())?;
     let board = if opts.no_eas { board.without_eas() } else { board };
     check_hicount(opts, &board)?;
@@ -58,6 +62,9 @@ pub fn prepare(opts: &RunOpts, plan: Plan, dir: &Path) -> Result<Prepared> {
     let debs: Vec<String> = opts.debs.iter().chain(&plan.debs).cloned().collect();
     if !debs.is_empty() {
         spec.debs = Some(crate::provision::debs::overlay(&cache, &debs)?.root);
+    }
+    if !plan.crates.is_empty() {
+        spec.crates = Some(crate::provision::crates::overlay(&cache, &plan.crates)?);
     }
     let initrd = dir.join("initramfs.cpio");
     rootfs::write_initramfs(&spec, &initrd)?;
@@ -128,7 +135,9 @@ pub fn new_run_dir(name: &str) -> Result<PathBuf> {
 pub const GDB_SOCKET: &str = "gdb.sock";
 /// QMP's socket; as long a name as [`GDB_SOCKET`], so one length check covers both.
 pub const QMP_SOCKET: &str = "qmp.sock";
-const _: () = assert!(GDB_SOCKET.len() == QMP_SOCKET.len());
+/// `--gdbserver`: the guest's `/dev/hvc0`. Same length again.
+pub const GDBSERVER_SOCKET: &str = "hvc0.sck";
+const _: () = assert!(GDB_SOCKET.len() == QMP_SOCKET.len() && GDBSERVER_SOCKET.len() == QMP_SOCKET.len());
 
 pub fn vm_spec(p: &Prepared, opts: &RunOpts, dir: &Path, console: Console) -> Result<VmSpec> {
     let sockets = SocketDir::for_run(dir, QMP_SOCKET, &std::env::temp_dir())?;
@@ -157,6 +166,7 @@ pub fn vm_spec(p: &Prepared, opts: &RunOpts, dir: &Path, console: Console) -> Re
         qmp: Some(sockets.socket(QMP_SOCKET)),
         pvpanic: true,
         gdb: opts.gdb.then(|| sockets.socket(GDB_SOCKET)),
+        gdbserver: opts.gdbserver.then(|| sockets.socket(GDBSERVER_SOCKET)),
         dump: opts.dump.is_some(),
         trace: opts.trace.as_ref().map(|_| dir.join(crate::harness::trace::TRACE_STREAM)),
         plugins: opts.plugins.iter().map(|p| p.replace("{run}", &run)).chain(p.cache_plugin.clone()).collect(),

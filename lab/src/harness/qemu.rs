@@ -70,6 +70,9 @@ pub struct VmSpec {
     pub pvpanic: bool,
     /// gdbstub on this unix socket; the vCPUs stay halted until gdb continues them.
     pub gdb: Option<PathBuf>,
+    /// A guest console (`/dev/hvc0`) on this unix socket, for `gdbserver /dev/hvc0 PROG`
+    /// in the guest and gdb on the host (`--gdbserver`).
+    pub gdbserver: Option<PathBuf>,
     /// Prepared for `dump-guest-memory`: the guest hands over its VMCOREINFO, and a power-off
     /// pauses QEMU (so the harness can still dump) instead of ending it.
     pub dump: bool,
@@ -161,7 +164,7 @@ impl VmSpec {
         if let Some(p) = &self.trace {
             ports.push(("labtrace", p, labproto::TRACE_PORT));
         }
-        if ports.is_empty() {
+        if ports.is_empty() && self.gdbserver.is_none() {
             return vec![];
         }
         let mut v = vec!["-device".to_string(), "virtio-serial-device".into()];
@@ -171,6 +174,16 @@ impl VmSpec {
                 format!("file,id={id},path={}", path.display()),
                 "-device".into(),
                 format!("virtserialport,chardev={id},name={name}"),
+            ]);
+        }
+        if let Some(sock) = &self.gdbserver {
+            // A console, not a plain port: gdbserver wants a tty (on a virtserialport its first
+            // reply fails), and this is the first virtio console, so the guest's hvc0.
+            v.extend([
+                "-chardev".into(),
+                format!("socket,id=labgdbs,path={},server=on,wait=off", sock.display()),
+                "-device".into(),
+                "virtconsole,chardev=labgdbs,name=lab.gdbserver".into(),
             ]);
         }
         v
@@ -308,7 +321,7 @@ struct QmpWatch {
 impl Vm {
     pub fn spawn(spec: &VmSpec) -> Result<Vm> {
         if let Some(s) = &spec.sockets {
-            for sock in [&spec.qmp, &spec.gdb].into_iter().flatten() {
+            for sock in [&spec.qmp, &spec.gdb, &spec.gdbserver].into_iter().flatten() {
                 s.link(sock)?;
             }
         }
@@ -574,6 +587,7 @@ mod tests {
             qmp: Some("/r/qmp.sock".into()),
             pvpanic: true,
             gdb: None,
+            gdbserver: None,
             dump: false,
             trace: None,
             plugins: vec![],
@@ -667,6 +681,17 @@ mod tests {
         assert!(a.contains(&"-S".to_string()));
         assert!(has_pair(&a, "-device", "vmcoreinfo"));
         assert!(has_pair(&a, "-action", "shutdown=pause"));
+    }
+
+    #[test]
+    fn gdbserver_console_is_hvc0_even_without_other_ports() {
+        let mut s = spec();
+        s.tcg = Tcg::Icount;
+        s.gdbserver = Some("/r/hvc0.sck".into());
+        let a = s.argv();
+        assert_eq!(a.iter().filter(|x| *x == "virtio-serial-device").count(), 1);
+        assert!(has_pair(&a, "-chardev", "socket,id=labgdbs,path=/r/hvc0.sck,server=on,wait=off"));
+        assert!(has_pair(&a, "-device", "virtconsole,chardev=labgdbs,name=lab.gdbserver"));
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! `support`.
 
 pub mod apt;
+pub mod crates;
 pub mod debs;
 pub mod downloads;
 pub mod kcidb_io;

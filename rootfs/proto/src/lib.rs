@@ -60,6 +60,10 @@ pub struct Plan {
     /// their dependencies into the initramfs, as with `--deb`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub debs: Vec<String>,
+    /// crates.io crates whose executables the steps run (`crates = ["rsbinder-tools@0.12.0"]`,
+    /// exact versions): the host builds them static for the guest, into /bin.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub crates: Vec<String>,
 }
 
 fn is_default<T: Default + PartialEq>(v: &T) -> bool {
