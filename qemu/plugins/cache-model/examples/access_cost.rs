@@ -48,7 +48,7 @@ fn main() {
     for i in 0..n {
         let r = next(&mut x);
         // A vCPU runs a slice of accesses before the next one does.
-        if i % 2000 == 0 {
+        if i.is_multiple_of(2000) {
             cpu = (r >> 56) as usize % 8;
         }
         let base = 0x8000_0000 + cpu as u64 * 0x100_0000;
@@ -62,7 +62,7 @@ fn main() {
             // Streaming through memory.
             _ => 0x1_0000_0000 + (r >> 8) % 0x1000_0000,
         };
-        let store = (r >> 40) % 4 == 0;
+        let store = (r >> 40).is_multiple_of(4);
         charged += m.access(cpu, paddr, store).1;
     }
     let el = start.elapsed();
