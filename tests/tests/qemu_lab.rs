@@ -3,8 +3,11 @@
 //! icount (`--tcg hicount`, qemu/0003) runs each cluster at its own speed, overlaps the vCPUs
 //! in guest time and repeats bit for bit.
 
+use lab::harness::opts::load_plan;
 use lab::harness::opts::RunOpts;
 use lab::harness::outcome::Outcome;
+use lab::harness::prepare::{self, QEMU_TRACE_LOG};
+use lab::harness::qemu::Console;
 use lab::harness::qemu::Tcg;
 use lab::kbuild::qemu::{self as qemubuild, Choice};
 use lab::report::run_and_report;
@@ -90,6 +93,103 @@ fn hicount_clusters_run_at_their_speed_and_loops_overlap() {
         };
         assert!((ns / alone - 1.0).abs() < 0.05, "cpu{cpu}: {ns} ns in parallel vs {alone} ns alone");
     }
+}
+
+/// The numbers of QEMU trace event `event` in `log` (the log backend's `[PID@TIME:]event text`
+/// lines): each line's integers, in order.
+fn trace_lines(log: &str, event: &str) -> Vec<Vec<i64>> {
+    log.lines()
+        .filter_map(|l| l.split_once(&format!("{event} ")).map(|(_, rest)| rest))
+        .map(|rest| rest.split(|c: char| !c.is_ascii_digit() && c != '-').filter_map(|w| w.parse().ok()).collect())
+        .collect()
+}
+
+/// A plan that keeps cpu0 idle while other CPUs loop, with a reader on the console (so the
+/// guest drains the UART and every byte typed is an interrupt).
+const CONSOLE_READER_PLAN: &str = r#"
+name = "hicount-console-input"
+[[steps]]
+name = "loops"
+argv = ["/bin/sh", "-c", "cat /dev/console > /dev/null & /bin/cpu-loops --cpus 4,7 --iters 20000000; /bin/cpu-loops --cpus 4,5,6,7 --iters 20000000 --parallel; kill $!"]
+timeout_s = 300
+"#;
+
+/// G, the time timers and devices see under hicount, never goes back across halts and
+/// wake-ups, neither on the vCPU thread nor outside it (the main loop): qemu/0005's
+/// `icount_hetero_global` traces every change of G, with its thread. The lab's own runs
+/// raise no interrupt outside the vCPU thread, so this boot types on the serial console
+/// while a guest process reads it: each byte is a UART interrupt the main loop raises, to
+/// cpu0, which stays idle while other CPUs loop. When cpu0 halts behind them and a byte wakes
+/// it, G went back before qemu/0006: cpu0 counted as active again at its old local time
+/// until the picker moved it up.
+#[test]
+fn hicount_global_time_never_goes_back() {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+    let dir = prepare::new_run_dir("hicount-console-input").unwrap();
+    let plan_file = dir.join("plan.toml");
+    std::fs::write(&plan_file, CONSOLE_READER_PLAN).unwrap();
+    let plan = plan_file.display().to_string();
+    let events = ["icount_hetero_global", "icount_hetero_wake"].map(String::from).to_vec();
+    let opts = RunOpts { qemu_trace: events, ..hicount(&plan) };
+    let p = prepare::prepare(&opts, load_plan(&plan).unwrap(), &dir).unwrap();
+    let spec = prepare::vm_spec(&p, &opts, &dir, Console::Pipe).unwrap();
+    let argv = spec.argv();
+    let console = std::fs::File::create(dir.join("console.log")).unwrap();
+    let mut qemu = Command::new(&argv[0])
+        .args(&argv[1..])
+        .stdin(Stdio::piped())
+        .stdout(console)
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut stdin = qemu.stdin.take().unwrap();
+    let t0 = Instant::now();
+    let status = loop {
+        if let Some(st) = qemu.try_wait().unwrap() {
+            break Some(st);
+        }
+        if t0.elapsed() > Duration::from_secs(900) {
+            break None;
+        }
+        // Typing from the start can leave the UART's receive path stalled (a byte in before
+        // the driver is up); type once the plan's step is running.
+        let started = std::fs::read_to_string(dir.join("console.log")).unwrap_or_default().contains("step_start");
+        if started {
+            // A closed pipe means QEMU is exiting; try_wait sees it next.
+            let _ = stdin.write_all(b" ");
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    };
+    if status.is_none() {
+        let _ = qemu.kill();
+        let _ = qemu.wait();
+    }
+    let console = std::fs::read_to_string(dir.join("console.log")).unwrap();
+    assert!(console.contains("LABRESULT {\"type\":\"done\"}"), "the plan did not finish in {}", dir.display());
+    let log = std::fs::read_to_string(dir.join(QEMU_TRACE_LOG)).expect("QEMU wrote its trace log");
+    // (ps, computed on the vCPU thread); each thread's own lines are in its order.
+    let reads = trace_lines(&log, "icount_hetero_global");
+    // (cpu, local ps, raised on the vCPU thread)
+    let wakes = trace_lines(&log, "icount_hetero_wake");
+    let from_io = wakes.iter().filter(|w| w.get(2) == Some(&0)).count();
+    assert!(from_io > 10, "{from_io} of {} wake-ups came from outside the vCPU thread", wakes.len());
+    for (thread, flag) in [("the vCPU thread", 1), ("outside the vCPU thread", 0)] {
+        let g: Vec<i64> = reads.iter().filter(|r| r.get(1) == Some(&flag)).map(|r| r[0]).collect();
+        assert!(g.len() > 10, "{} reads of G {thread}", g.len());
+        let back: Vec<(i64, i64)> = g.windows(2).filter(|w| w[1] < w[0]).map(|w| (w[0], w[1])).collect();
+        assert!(
+            back.is_empty(),
+            "G went back {} times in {} reads {thread} ({from_io} of {} wake-ups from the main loop), e.g. {:?}",
+            back.len(),
+            g.len(),
+            wakes.len(),
+            &back[..back.len().min(5)]
+        );
+    }
+    // Some 200 MB; kept only when the test fails.
+    let _ = std::fs::remove_file(dir.join(QEMU_TRACE_LOG));
 }
 
 #[test]

@@ -57,6 +57,9 @@ pub struct RunOpts {
     pub plugins: Vec<String>,
     /// Load the cache cost plugin with the board's `[cache_model]` (`--cache`; hicount only).
     pub cache: bool,
+    /// QEMU's own trace events to enable (`-trace enable=PATTERN`), logged to
+    /// `<run>/qemu-trace.log`: for tests and for looking inside the lab QEMU; no CLI option.
+    pub qemu_trace: Vec<String>,
     /// Runs of the plan's step list in one boot (`--repeat`; 0 and 1: once).
     pub repeat: u32,
     /// Stop repeating at the first run with a failure (`--until-fail`).
@@ -100,6 +103,7 @@ impl Default for RunOpts {
             qemu: Default::default(),
             plugins: vec![],
             cache: false,
+            qemu_trace: vec![],
             repeat: 0,
             until_fail: false,
             collect: vec![],

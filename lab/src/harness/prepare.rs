@@ -73,6 +73,8 @@ pub fn prepare(opts: &RunOpts, plan: Plan, dir: &Path) -> Result<Prepared> {
 
 /// The run's cache counters (`--cache`).
 pub const CACHE_COUNTERS: &str = "cache.json";
+/// QEMU's own trace log in the run directory (`RunOpts::qemu_trace`).
+pub const QEMU_TRACE_LOG: &str = "qemu-trace.log";
 
 /// `--cache`: the board's model written into the run directory, and the plugin built.
 fn cache_plugin(opts: &RunOpts, board: &board::Board, dir: &Path) -> Result<Option<String>> {
@@ -170,6 +172,7 @@ pub fn vm_spec(p: &Prepared, opts: &RunOpts, dir: &Path, console: Console) -> Re
         dump: opts.dump.is_some(),
         trace: opts.trace.as_ref().map(|_| dir.join(crate::harness::trace::TRACE_STREAM)),
         plugins: opts.plugins.iter().map(|p| p.replace("{run}", &run)).chain(p.cache_plugin.clone()).collect(),
+        qemu_trace: (!opts.qemu_trace.is_empty()).then(|| (opts.qemu_trace.clone(), dir.join(QEMU_TRACE_LOG))),
         timing: p.board.timing().cloned(),
         sockets: Some(sockets),
     })

@@ -80,6 +80,8 @@ pub struct VmSpec {
     pub trace: Option<PathBuf>,
     /// TCG plugins: each a `-plugin` argument (`path,arg=value,...`).
     pub plugins: Vec<String>,
+    /// QEMU trace events to enable and the log file they go to (`-trace`, `-D`).
+    pub qemu_trace: Option<(Vec<String>, PathBuf)>,
     /// Per-CPU speeds and quantum for `Tcg::Hicount`.
     pub timing: Option<board::Timing>,
     /// Keeps a private socket directory alive while the spec or its VM lives.
@@ -230,6 +232,13 @@ impl VmSpec {
         v
     }
 
+    fn qemu_trace_args(&self) -> Vec<String> {
+        let Some((events, log)) = &self.qemu_trace else { return vec![] };
+        let mut v: Vec<String> = events.iter().flat_map(|e| ["-trace".to_string(), format!("enable={e}")]).collect();
+        v.extend(["-D".to_string(), log.display().to_string()]);
+        v
+    }
+
     pub fn argv(&self) -> Vec<String> {
         let mut v = vec![self.binary.display().to_string()];
         for part in [
@@ -243,6 +252,7 @@ impl VmSpec {
             self.debug_args(),
             self.misc_args(),
             self.plugins.iter().flat_map(|p| ["-plugin".to_string(), p.clone()]).collect(),
+            self.qemu_trace_args(),
         ] {
             v.extend(part);
         }
@@ -591,6 +601,7 @@ mod tests {
             dump: false,
             trace: None,
             plugins: vec![],
+            qemu_trace: None,
             timing: None,
             sockets: None,
         }
@@ -618,6 +629,10 @@ mod tests {
         assert!(!a.contains(&"-plugin".to_string()));
         let mut s = spec();
         s.binary = "/c/qemu-x/qemu-system-aarch64".into();
+        s.qemu_trace = Some((vec!["icount_hetero_*".into()], "/r/qemu-trace.log".into()));
+        let t = s.argv();
+        assert!(has_pair(&t, "-trace", "enable=icount_hetero_*") && has_pair(&t, "-D", "/r/qemu-trace.log"));
+        s.qemu_trace = None;
         s.plugins = vec!["/p/libinsns.so,out=/r/insns.json".into()];
         let a = s.argv();
         assert_eq!(a[0], "/c/qemu-x/qemu-system-aarch64");
