@@ -4,6 +4,8 @@
 
 use serde::Deserialize;
 
+use crate::error::BoardError;
+
 /// How the `[[clusters]]` become the DT `cpu-map`, which is what Linux's
 /// `topology/cluster_id` reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
@@ -103,6 +105,7 @@ pub struct Board {
     pub(crate) l3: Option<Cache>,
     pub(crate) timing: Option<Timing>,
     pub(crate) cache_model: Option<lab_cache_model::Config>,
+    pub(crate) policy: Option<crate::policy::BoardPolicy>,
 }
 
 impl Board {
@@ -167,6 +170,27 @@ impl Board {
     /// The cache plugin's model (`[cache_model]` with the board's caches), if the board has it.
     pub fn cache_model(&self) -> Option<&lab_cache_model::Config> {
         self.cache_model.as_ref()
+    }
+    /// The policy a run applies unless told otherwise: `[policy].default`, or mainline for
+    /// a board without a `[policy]` section.
+    pub fn default_policy(&self) -> crate::policy::Policy {
+        self.policy.as_ref().map(|p| p.default).unwrap_or_default()
+    }
+    /// The files the guest writes at boot for `policy`, in order (none for mainline).
+    pub fn policy_writes(&self, policy: crate::policy::Policy) -> Result<Vec<crate::policy::PolicyWrite>, BoardError> {
+        match (policy, &self.policy) {
+            (crate::policy::Policy::Mainline, _) => Ok(vec![]),
+            (crate::policy::Policy::Phone, Some(p)) => Ok(p.phone.clone()),
+            (crate::policy::Policy::Phone, None) => Err(BoardError {
+                file: self.source.clone(),
+                location: String::new(),
+                field: "policy".into(),
+                problem: format!("board {:?} has no [policy] section, so it has no phone policy", self.name),
+                fix: "run it with --policy mainline, or describe the phone's settings in [policy] \
+                      (board/sa8155p.toml has one)"
+                    .into(),
+            }),
+        }
     }
     /// Index into [`Board::clusters`] of the cluster holding `cpu`.
     pub fn cluster_index_of(&self, cpu: u32) -> Option<usize> {
