@@ -60,6 +60,17 @@ pub struct Plan {
     /// their dependencies into the initramfs, as with `--deb`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub debs: Vec<String>,
+    /// Files the init writes, in order, before the first step: the board's scheduler policy
+    /// (`--policy`). Empty (mainline's policy) leaves the plan's JSON as it was without it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub settings: Vec<Setting>,
+}
+
+/// One boot-time write of a file (`echo VALUE > PATH`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Setting {
+    pub path: String,
+    pub value: String,
 }
 
 fn is_default<T: Default + PartialEq>(v: &T) -> bool {
