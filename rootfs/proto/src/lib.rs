@@ -24,6 +24,9 @@ pub const CONSOLE_RESULT_PREFIX: &str = "LABRESULT ";
 /// The Rust binder's CTABS mode switch (rust-driver patch 0002) and its pick counters.
 pub const CTABS_MODE_FILE: &str = "/sys/kernel/debug/rust_binder/ctabs";
 pub const CTABS_STATS_FILE: &str = "/sys/kernel/debug/rust_binder/ctabs_stats";
+/// The same switch and counters in the C driver with seed 000's own patches (c-ctabs/).
+pub const C_CTABS_MODE_FILE: &str = "/sys/kernel/debug/binder/ctabs";
+pub const C_CTABS_STATS_FILE: &str = "/sys/kernel/debug/binder/ctabs_stats";
 /// The Rust binder's switch for deferring BR_TRANSACTION_COMPLETE (rust-driver patch 0005).
 pub const DEFER_TC_FILE: &str = "/sys/kernel/debug/rust_binder/defer_tc";
 /// The Rust binder's switch for Android's priority inheritance (rust-driver patch 0011).
