@@ -19,8 +19,9 @@ use std::path::Path;
 
 /// Series every flavor applies first, in order (directories of the repository). android-sched/
 /// only adds scheduler features that are off until a run's policy sets them (`--policy`), so
-/// one kernel runs mainline's policy and the phone's.
-pub const DEFAULT_SERIES: &[&str] = &["rust-driver", "android-sched"];
+/// one kernel runs mainline's policy and the phone's. It comes first so that the driver
+/// series stays on top, where `driver-export` takes the developer's commits from.
+pub const DEFAULT_SERIES: &[&str] = &["android-sched", "rust-driver"];
 
 /// Flavors that no longer exist, with what replaced them (for the error message).
 const RETIRED: &[(&str, &str)] = &[
@@ -209,7 +210,7 @@ mod tests {
         let f = load_in(&kc, d.path(), "c-x").unwrap();
         assert_eq!(f.config.render(), "CONFIG_A=y\n# CONFIG_C is not set\n# CONFIG_D is not set\nCONFIG_K=y\n");
         assert_eq!(f.config.origin["CONFIG_D"], "kernel-config/flavors.toml [c-x]");
-        assert_eq!(f.series, ["rust-driver", "android-sched", "extra"]);
+        assert_eq!(f.series, ["android-sched", "rust-driver", "extra"]);
         assert_eq!(f.extra_series(), ["extra"]);
         assert_eq!(f.fragment_files, ["base.config", "c.config", "dbg.config"]);
         let plain = load_in(&kc, d.path(), "c").unwrap();
@@ -246,13 +247,13 @@ mod tests {
             f.stack().unwrap();
         }
         // Every kernel carries the phone's scheduler switches (off until a policy sets them).
-        assert_eq!(load("perf").unwrap().series, ["rust-driver", "android-sched"]);
+        assert_eq!(load("perf").unwrap().series, ["android-sched", "rust-driver"]);
         let spin = load("cbinder-spin").unwrap();
-        assert_eq!(spin.series, ["rust-driver", "android-sched", "c-reference"]);
+        assert_eq!(spin.series, ["android-sched", "rust-driver", "c-reference"]);
         assert_eq!(spin.config.render(), load("cbinder").unwrap().config.render());
         let dbg = load("cbinder-spin-debug").unwrap();
         assert_eq!(dbg.config.values["CONFIG_ANDROID_BINDER_IPC"], "y");
         assert_eq!(dbg.config.values["CONFIG_KASAN"], "y");
-        assert_eq!(dbg.series, ["rust-driver", "android-sched", "kbuild-fixes", "c-reference"]);
+        assert_eq!(dbg.series, ["android-sched", "rust-driver", "kbuild-fixes", "c-reference"]);
     }
 }
