@@ -73,8 +73,8 @@ pub use eas::{
     PolicyObserved, StateObserved,
 };
 pub use error::BoardError;
-pub use model::{Board, Cache, Cluster, ClusterEas, CpuMap, CpuMapLayout, Timing};
-pub use policy::{Policy, PolicyWrite, SCHED_FEATURES};
+pub use model::{Board, Cache, Cluster, ClusterEas, CpuMap, CpuMapLayout, Policy, PolicyWrite, Timing};
+pub use policy::SCHED_FEATURES;
 pub use timing::derived_ps_per_insn;
 pub use topology::{
     compare, cpu_map_clusters, expected_capacities, expected_topology, format_cpulist, parse_cpulist, CpuExpect,

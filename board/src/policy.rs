@@ -1,64 +1,10 @@
-//! The board's scheduler policy (`[policy]`): the switches and boot-time settings the phone's
+//! The board's `[policy]` section validated: the switches and boot-time settings the phone's
 //! own system applies, each with its source, as files the guest init writes before the first
-//! step. `mainline` writes nothing; `phone` writes the section's settings in file order.
-
-use serde::{Deserialize, Serialize};
+//! step ([`crate::Board::policy_writes`]).
 
 use crate::error::{BoardError, Ctx};
+use crate::model::{BoardPolicy, PolicyWrite};
 use crate::schema::{PolicyFile, SysctlValue};
-
-/// Which scheduler policy a run applies at boot.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Policy {
-    /// Mainline's: the kernel's own defaults, nothing written.
-    #[default]
-    Mainline,
-    /// The phone's: the board's `[policy]` settings.
-    Phone,
-}
-
-impl Policy {
-    /// Every policy, for option parsers and messages.
-    pub const ALL: [Policy; 2] = [Policy::Mainline, Policy::Phone];
-
-    /// The name used in board files and on the command line.
-    pub fn name(self) -> &'static str {
-        match self {
-            Policy::Mainline => "mainline",
-            Policy::Phone => "phone",
-        }
-    }
-
-    /// The policy named `s` (`mainline` or `phone`).
-    pub fn parse(s: &str) -> Option<Policy> {
-        Policy::ALL.into_iter().find(|p| p.name() == s)
-    }
-}
-
-impl std::fmt::Display for Policy {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// One file the guest writes at boot for a policy.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PolicyWrite {
-    /// The guest file, e.g. `/sys/kernel/debug/sched/features`.
-    pub path: String,
-    /// What is written to it, e.g. `SYNC_EAS`.
-    pub value: String,
-    /// Where the phone's system applies it (a repository and path, or a commit).
-    pub source: String,
-}
-
-/// A validated `[policy]` section.
-#[derive(Debug, Clone, PartialEq)]
-pub struct BoardPolicy {
-    pub(crate) default: Policy,
-    pub(crate) phone: Vec<PolicyWrite>,
-}
 
 /// Where the scheduler's features are switched (debugfs; 7.2 has it without SCHED_DEBUG).
 pub const SCHED_FEATURES: &str = "/sys/kernel/debug/sched/features";

@@ -125,7 +125,7 @@ pub(crate) struct CyclesFile {
 pub(crate) struct PolicyFile {
     /// The policy a run applies without `--policy`.
     #[serde(default)]
-    pub(crate) default: crate::policy::Policy,
+    pub(crate) default: crate::model::Policy,
     #[serde(default)]
     pub(crate) features: Vec<FeatureFile>,
     #[serde(default)]

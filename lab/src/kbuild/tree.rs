@@ -402,11 +402,8 @@ fn export_with(tree: &Path, dir: &Path, header: &str) -> Result<Vec<String>> {
     let ours = |a: &Applied| a.id.starts_with(&format!("{name}/"));
     // Series applied before this one (android-sched/ before rust-driver/ in every flavor) are
     // part of the base it is exported from: kept as they are, in the record too.
-    let lead: Vec<Applied> = if synced.iter().any(ours) {
-        synced.iter().take_while(|a| !ours(a)).cloned().collect()
-    } else {
-        vec![]
-    };
+    let lead: Vec<Applied> =
+        if synced.iter().any(ours) { synced.iter().take_while(|a| !ours(a)).cloned().collect() } else { vec![] };
     let base = match lead.last() {
         Some(a) => a.commit.clone(),
         None => stamp(tree, "lab-base").context("tree has no base stamp")?,
