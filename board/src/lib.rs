@@ -14,8 +14,9 @@
 //! is all Linux's arch_topology uses to compute `cpu_capacity`.
 //!
 //! The modules: `schema` is the file as written, `model` the validated types, `validate`
-//! (with `timing`, `cache_model` and `expect` for their sections) turns one into the other,
-//! `error` is the one error type; `topology`, `eas` and `dtb` read the model.
+//! (with `timing`, `cache_model`, `policy` and `expect` for their sections) turns one into the
+//! other, `error` is the one error type; `topology`, `eas` and `dtb` read the model, and
+//! [`Board::policy_writes`] the scheduler policy the guest init applies at boot.
 //!
 //! ```
 //! // Four small and four big CPUs: the small ones at half the big ones' capacity.
@@ -60,6 +61,7 @@ mod error;
 mod expect;
 mod load;
 mod model;
+mod policy;
 mod schema;
 mod timing;
 mod topology;
@@ -71,7 +73,8 @@ pub use eas::{
     PolicyObserved, StateObserved,
 };
 pub use error::BoardError;
-pub use model::{Board, Cache, Cluster, ClusterEas, CpuMap, CpuMapLayout, Timing};
+pub use model::{Board, Cache, Cluster, ClusterEas, CpuMap, CpuMapLayout, Policy, PolicyWrite, Timing};
+pub use policy::SCHED_FEATURES;
 pub use timing::derived_ps_per_insn;
 pub use topology::{
     compare, cpu_map_clusters, expected_capacities, expected_topology, format_cpulist, parse_cpulist, CpuExpect,

@@ -2,7 +2,9 @@
 //! nothing downstream has to re-check invariants such as "each CPU in exactly one
 //! cluster". [`crate::validate`] builds them from the raw file ([`crate::schema`]).
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
+
+use crate::error::BoardError;
 
 /// How the `[[clusters]]` become the DT `cpu-map`, which is what Linux's
 /// `topology/cluster_id` reports.
@@ -103,6 +105,7 @@ pub struct Board {
     pub(crate) l3: Option<Cache>,
     pub(crate) timing: Option<Timing>,
     pub(crate) cache_model: Option<lab_cache_model::Config>,
+    pub(crate) policy: Option<BoardPolicy>,
 }
 
 impl Board {
@@ -168,6 +171,27 @@ impl Board {
     pub fn cache_model(&self) -> Option<&lab_cache_model::Config> {
         self.cache_model.as_ref()
     }
+    /// The policy a run applies unless told otherwise: `[policy].default`, or mainline for
+    /// a board without a `[policy]` section.
+    pub fn default_policy(&self) -> Policy {
+        self.policy.as_ref().map(|p| p.default).unwrap_or_default()
+    }
+    /// The files the guest writes at boot for `policy`, in order (none for mainline).
+    pub fn policy_writes(&self, policy: Policy) -> Result<Vec<PolicyWrite>, BoardError> {
+        match (policy, &self.policy) {
+            (Policy::Mainline, _) => Ok(vec![]),
+            (Policy::Phone, Some(p)) => Ok(p.phone.clone()),
+            (Policy::Phone, None) => Err(BoardError {
+                file: self.source.clone(),
+                location: String::new(),
+                field: "policy".into(),
+                problem: format!("board {:?} has no [policy] section, so it has no phone policy", self.name),
+                fix: "run it with --policy mainline, or describe the phone's settings in [policy] \
+                      (board/sa8155p.toml has one)"
+                    .into(),
+            }),
+        }
+    }
     /// Index into [`Board::clusters`] of the cluster holding `cpu`.
     pub fn cluster_index_of(&self, cpu: u32) -> Option<usize> {
         self.clusters.iter().position(|c| c.cpus.contains(&cpu))
@@ -181,4 +205,57 @@ pub struct Timing {
     pub cpu_ps_per_insn: Vec<u64>,
     /// Quantum Q in guest ns: how far a vCPU may run past the second-smallest local time.
     pub quantum_ns: u64,
+}
+
+/// Which scheduler policy a run applies at boot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Policy {
+    /// Mainline's: the kernel's own defaults, nothing written.
+    #[default]
+    Mainline,
+    /// The phone's: the board's `[policy]` settings.
+    Phone,
+}
+
+impl Policy {
+    /// Every policy, for option parsers and messages.
+    pub const ALL: [Policy; 2] = [Policy::Mainline, Policy::Phone];
+
+    /// The name used in board files and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Policy::Mainline => "mainline",
+            Policy::Phone => "phone",
+        }
+    }
+
+    /// The policy named `s` (`mainline` or `phone`).
+    pub fn parse(s: &str) -> Option<Policy> {
+        Policy::ALL.into_iter().find(|p| p.name() == s)
+    }
+}
+
+impl std::fmt::Display for Policy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One file the guest writes at boot for a policy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PolicyWrite {
+    /// The guest file, e.g. `/sys/kernel/debug/sched/features`.
+    pub path: String,
+    /// What is written to it, e.g. `SYNC_EAS`.
+    pub value: String,
+    /// Where the phone's system applies it (a repository and path, or a commit).
+    pub source: String,
+}
+
+/// A validated `[policy]` section.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BoardPolicy {
+    pub(crate) default: Policy,
+    pub(crate) phone: Vec<PolicyWrite>,
 }

@@ -23,6 +23,7 @@ pub(crate) struct BoardFile {
     pub(crate) expect: Option<ExpectFile>,
     pub(crate) timing: Option<TimingFile>,
     pub(crate) cache_model: Option<CacheModelFile>,
+    pub(crate) policy: Option<PolicyFile>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -116,6 +117,42 @@ pub(crate) struct CyclesFile {
     pub(crate) l3: f64,
     pub(crate) same_cluster: f64,
     pub(crate) cross_cluster: f64,
+}
+
+/// `[policy]`: the phone's scheduler switches and boot-time sysctls, each with its source.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct PolicyFile {
+    /// The policy a run applies without `--policy`.
+    #[serde(default)]
+    pub(crate) default: crate::model::Policy,
+    #[serde(default)]
+    pub(crate) features: Vec<FeatureFile>,
+    #[serde(default)]
+    pub(crate) sysctl: Vec<SysctlFile>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct FeatureFile {
+    pub(crate) name: String,
+    pub(crate) source: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct SysctlFile {
+    pub(crate) name: String,
+    pub(crate) value: SysctlValue,
+    pub(crate) source: String,
+}
+
+/// A sysctl's value: a number or a string, written as text.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub(crate) enum SysctlValue {
+    Int(i64),
+    Text(String),
 }
 
 // ---------------------------------------------------------------- parsing

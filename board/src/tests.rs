@@ -652,3 +652,64 @@ fn dtb_smp_mismatch_is_an_error() {
     assert!(e.contains("8 cpu nodes but board board/four.toml has smp 4"), "{e}");
     assert!(generate_dtb(&b, b"not a dtb").is_err());
 }
+
+// ------------------------------------------------------------------ scheduler policy
+
+#[test]
+fn sa8155p_applies_the_phone_policy_by_default() {
+    let b = sa8155p();
+    assert_eq!(b.default_policy(), Policy::Phone);
+    assert!(b.policy_writes(Policy::Mainline).unwrap().is_empty());
+    let writes = b.policy_writes(Policy::Phone).unwrap();
+    let w: Vec<(&str, &str)> = writes.iter().map(|w| (w.path.as_str(), w.value.as_str())).collect();
+    assert_eq!(
+        w,
+        [
+            (SCHED_FEATURES, "SYNC_EAS"),
+            (SCHED_FEATURES, "RT_SYNC"),
+            // The period first: the kernel refuses a runtime above the period.
+            ("/proc/sys/kernel/sched_rt_period_us", "1350000"),
+            ("/proc/sys/kernel/sched_rt_runtime_us", "1250000"),
+        ]
+    );
+    assert!(writes.iter().all(|w| !w.source.is_empty()));
+    // Boards without [policy] run mainline's and refuse a phone policy with the fix.
+    for text in [UPSTREAM, SYMMETRIC] {
+        let b = board(text, "board/x.toml");
+        assert_eq!(b.default_policy(), Policy::Mainline);
+        let e = b.policy_writes(Policy::Phone).unwrap_err().to_string();
+        assert!(e.contains("no [policy] section") && e.contains("--policy mainline"), "{e}");
+    }
+}
+
+#[test]
+fn policy_settings_need_a_source_and_a_valid_name() {
+    let with = |policy: &str| Board::from_str_named(&format!("{SYMMETRIC}\n{policy}"), "board/x.toml");
+    let ok = with("[policy]\n[[policy.sysctl]]\nname = \"kernel.x\"\nvalue = \"a b\"\nsource = \"s\"\n").unwrap();
+    assert_eq!(ok.default_policy(), Policy::Mainline);
+    assert_eq!(ok.policy_writes(Policy::Phone).unwrap()[0].path, "/proc/sys/kernel/x");
+    for (policy, field, needle) in [
+        (
+            "[policy]\n[[policy.features]]\nname = \"SYNC_EAS\"\nsource = \" \"\n",
+            "policy.features[0].source",
+            "no source",
+        ),
+        (
+            "[policy]\n[[policy.features]]\nname = \"NO_SYNC_EAS\"\nsource = \"s\"\n",
+            "policy.features[0].name",
+            "not a scheduler feature",
+        ),
+        (
+            "[policy]\n[[policy.sysctl]]\nname = \"/proc/sys/x\"\nvalue = 1\nsource = \"s\"\n",
+            "policy.sysctl[0].name",
+            "not a sysctl",
+        ),
+        ("[policy]\ndefault = \"phone\"\n", "policy", "no features and no sysctl"),
+    ] {
+        let e = with(policy).unwrap_err();
+        assert_eq!(e.field, field, "{e}");
+        assert!(e.to_string().contains(needle), "{e}");
+    }
+    let e = with("[policy]\ndefault = \"android\"\n").unwrap_err().to_string();
+    assert!(e.contains("unknown variant") && e.contains("mainline"), "{e}");
+}

@@ -65,8 +65,13 @@ pub(crate) fn validate(raw: BoardFile, file: &str) -> Result<(Board, Option<Expe
         Some(m) => Some(crate::cache_model::validate(&cx, m, &clusters, l3, timing.as_ref(), smp)?),
         None => None,
     };
+    let policy = match &raw.policy {
+        Some(p) => Some(crate::policy::validate(&cx, p)?),
+        None => None,
+    };
     let q = &raw.qemu;
     let board = Board {
+        policy,
         timing,
         cache_model,
         source: file.to_string(),

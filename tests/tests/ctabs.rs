@@ -91,3 +91,29 @@ fn conformance_passes_in_ctabs_modes_1_to_3() {
         assert_eq!(read, Some(mode), "rust_binder.ctabs={mode} on the command line; the driver's ctabs file");
     }
 }
+
+/// Seed 000's own patches on the C driver (`cbinder-ctabs`, c-ctabs/): the plan `ctabs-c` picks
+/// locally in modes 1 and 2, survives mode switches under load, and passes the conformance
+/// suite in every mode (each `conformance_modeN` step after a step that sets mode N).
+#[test]
+fn c_driver_with_the_seeds_patches() {
+    let o = RunOpts { plan: "ctabs-c".into(), flavor: "cbinder-ctabs".into(), ..Default::default() };
+    let out = run_and_report(&o).unwrap();
+    assert!(out.ok(), "ctabs-c failed on cbinder-ctabs:\n{}", summary(&out));
+    for mode in 0..=2u32 {
+        let d = out.data(&format!("affinity_mode{mode}")).expect("affinity result");
+        assert_eq!(d["driver"], "c", "ctabs-check found the C driver's files: {d}");
+        assert_eq!(d["mode_read"].as_u64(), Some(u64::from(mode)), "binder/ctabs during mode {mode}");
+        if mode > 0 {
+            assert!(d["local_share"].as_f64().unwrap() >= 0.95, "mode {mode}: {d}");
+        }
+    }
+    // Mode 2: one nudge decision per local synchronous pick, as in the Rust port.
+    let c = &out.data("affinity_mode2").unwrap()["counters"];
+    let n = |k: &str| c[k].as_u64().unwrap_or(0);
+    assert_eq!(n("nudge_applied") + n("nudge_skipped_busy"), n("same_cpu") + n("same_cluster"), "{c}");
+    assert!(out.data("toggle_under_load").unwrap()["calls"].as_u64().unwrap() > 0);
+    for step in ["conformance_mode0", "conformance_mode1", "conformance_mode2"] {
+        assert!(out.results().any(|r| r.0 == step), "no results from {step}");
+    }
+}

@@ -123,6 +123,11 @@ pub struct RunFields {
     /// Boot without the board's energy model: no cpufreq, no EAS (as before EAS was board data).
     #[arg(long, env = "LAB_NO_EAS")]
     pub no_eas: bool,
+    /// Scheduler policy applied at boot: `phone` writes the board's [policy] switches and
+    /// sysctls (android-sched/'s SYNC_EAS and RT_SYNC, ...), `mainline` nothing [default: the
+    /// board's: phone on sa8155p, mainline on boards without [policy]].
+    #[arg(long, env = "LAB_POLICY", value_name = "mainline|phone", value_parser = parse_policy)]
+    pub policy: Option<board::Policy>,
     /// Which QEMU: the system's, or the lab's patched build (qemu/, built on first use).
     #[arg(long, value_enum, env = "LAB_QEMU", default_value = "system")]
     pub qemu: crate::kbuild::qemu::Choice,
@@ -179,6 +184,10 @@ pub struct RunFields {
     /// [default: the number of cores].
     #[arg(long, short = 'j', env = "LAB_JOBS", value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub jobs: Option<u32>,
+}
+
+fn parse_policy(s: &str) -> Result<board::Policy, String> {
+    board::Policy::parse(s).ok_or_else(|| format!("{s:?} is not a policy: give mainline or phone"))
 }
 
 fn parse_trace(s: &str) -> Result<labproto::TraceSpec, String> {
@@ -260,6 +269,7 @@ impl RunArgs {
             dump: self.dump.as_ref().map(|p| std::path::absolute(p).unwrap_or_else(|_| p.clone())),
             trace: self.trace.clone(),
             no_eas: self.no_eas,
+            policy: self.policy,
             jobs: self.jobs.map_or_else(crate::harness::boots::default_jobs, |j| j as usize),
             ..Default::default()
         })
@@ -311,6 +321,7 @@ mod tests {
         ("verbose", &[]),
         ("append", &["a=b c", "-x"]),
         ("no-eas", &[]),
+        ("policy", &["mainline"]),
         ("qemu", &["lab"]),
         ("plugin", &["p.so,arg={run}/x", "q.so"]),
         ("cache", &[]),

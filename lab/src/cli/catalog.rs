@@ -130,7 +130,7 @@ mod tests {
         let names = |k| entries(k).into_iter().map(|e| e.name).collect::<Vec<_>>();
         assert_eq!(
             names(Kind::Flavors),
-            ["cbinder", "debug", "perf", "cbinder-debug", "cbinder-spin", "cbinder-spin-debug", "phone", "phone-debug"]
+            ["cbinder", "debug", "perf", "cbinder-ctabs", "cbinder-debug", "cbinder-spin", "cbinder-spin-debug"]
         );
         assert!(names(Kind::Boards).contains(&"sa8155p".to_string()));
         let plans = names(Kind::Plans);

@@ -32,6 +32,9 @@ struct Manifest<'a> {
     board_file_sha256: String,
     /// The board's energy model was in the DTB (EAS on).
     eas: bool,
+    /// The scheduler policy (`mainline` or `phone`) and the files the init wrote for it.
+    policy: board::Policy,
+    policy_settings: &'a [labproto::Setting],
     plan: &'a str,
     cmdline: &'a str,
     tcg: Tcg,
@@ -73,6 +76,8 @@ pub fn write_manifest(
         board: p.board.name(),
         board_file_sha256: p.board_sha256.clone(),
         eas: p.board.has_eas(),
+        policy: opts.policy.unwrap_or(p.board.default_policy()),
+        policy_settings: &p.plan.settings,
         plan: &p.plan.name,
         cmdline: &spec.append,
         tcg: opts.tcg,
@@ -118,5 +123,6 @@ mod tests {
         let file = crate::support::paths::board_dir().join("sa8155p.toml");
         assert_eq!(m["board_file_sha256"], sha256_file(&file).unwrap());
         assert_eq!(m["board"], "sa8155p");
+        assert_eq!(m["policy"], "phone");
     }
 }

@@ -51,6 +51,8 @@ pub struct RunOpts {
     pub trace: Option<labproto::TraceSpec>,
     /// Boot the board without its energy model (no OPP tables, so no cpufreq and no EAS).
     pub no_eas: bool,
+    /// The scheduler policy the init applies at boot (`--policy`); None: the board's default.
+    pub policy: Option<board::Policy>,
     /// The system QEMU or the lab's build (`qemu/`).
     pub qemu: crate::kbuild::qemu::Choice,
     /// TCG plugins (`path,arg=value`); `{run}` in an argument becomes the run directory.
@@ -100,6 +102,7 @@ impl Default for RunOpts {
             dump: None,
             trace: None,
             no_eas: false,
+            policy: None,
             qemu: Default::default(),
             plugins: vec![],
             cache: false,

@@ -37,6 +37,7 @@ pub fn prepare(opts: &RunOpts, plan: Plan, dir: &Path) -> Result<Prepared> {
     }
     let (board, board_sha256) = load_board_file(&opts.board, opts.smp, opts.memory.as_deref())?;
     let board = if opts.no_eas { board.without_eas() } else { board };
+    let plan = with_policy(plan, &board, opts.policy)?;
     check_hicount(opts, &board)?;
     let cache_plugin = cache_plugin(opts, &board, dir)?;
     // LAB_KERNEL boots a kernel built elsewhere, e.g. from a private tree while the shared
@@ -69,6 +70,15 @@ pub fn prepare(opts: &RunOpts, plan: Plan, dir: &Path) -> Result<Prepared> {
     let initrd = dir.join("initramfs.cpio");
     rootfs::write_initramfs(&spec, &initrd)?;
     Ok(Prepared { kernel, board, board_sha256, dtb, initrd, plan, qemu: qemu_bin, qemu_key, cache_plugin })
+}
+
+/// The plan with the scheduler policy's boot-time writes: `policy`, else the board's default.
+/// Mainline's writes nothing, so its plan (and initramfs) is the plan as given.
+pub fn with_policy(mut plan: Plan, board: &board::Board, policy: Option<board::Policy>) -> Result<Plan> {
+    let policy = policy.unwrap_or(board.default_policy());
+    plan.settings =
+        board.policy_writes(policy)?.into_iter().map(|w| labproto::Setting { path: w.path, value: w.value }).collect();
+    Ok(plan)
 }
 
 /// The run's cache counters (`--cache`).

@@ -17,8 +17,17 @@ use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::Path;
 
-/// Series every flavor applies first, in order (directories of the repository).
-pub const DEFAULT_SERIES: &[&str] = &["rust-driver"];
+/// Series every flavor applies first, in order (directories of the repository). android-sched/
+/// only adds scheduler features that are off until a run's policy sets them (`--policy`), so
+/// one kernel runs mainline's policy and the phone's. It comes first so that the driver
+/// series stays on top, where `driver-export` takes the developer's commits from.
+pub const DEFAULT_SERIES: &[&str] = &["android-sched", "rust-driver"];
+
+/// Flavors that no longer exist, with what replaced them (for the error message).
+const RETIRED: &[(&str, &str)] = &[
+    ("phone", "perf: android-sched/ is in every kernel now; the phone's policy is a run option (--policy phone, sa8155p's default)"),
+    ("phone-debug", "debug: android-sched/ is in every kernel now; the phone's policy is a run option (--policy phone, sa8155p's default)"),
+];
 
 /// Where composed flavors are declared.
 pub const MANIFEST: &str = "flavors.toml";
@@ -149,6 +158,9 @@ pub fn load_in(dir: &Path, repo: &Path, name: &str) -> Result<Flavor> {
         });
     }
     let path = dir.join(format!("{name}.config"));
+    if let Some((_, instead)) = RETIRED.iter().find(|(n, _)| *n == name).filter(|_| !path.is_file()) {
+        bail!("kernel flavor {name:?} was removed; use {instead}");
+    }
     if !path.is_file() {
         bail!(
             "unknown kernel flavor {name:?}; known: {} (kernel-config/<flavor>.config, or [<flavor>] in \
@@ -181,7 +193,7 @@ mod tests {
         std::fs::write(kc.join("c.config"), "CONFIG_C=y\n").unwrap();
         std::fs::write(kc.join("dbg.config"), "CONFIG_D=y\nCONFIG_C=n\n").unwrap();
         std::fs::write(kc.join(MANIFEST), manifest).unwrap();
-        for s in ["rust-driver", "extra"] {
+        for s in ["rust-driver", "android-sched", "extra"] {
             std::fs::create_dir_all(d.path().join(s)).unwrap();
             std::fs::write(d.path().join(s).join("series"), "").unwrap();
         }
@@ -198,11 +210,11 @@ mod tests {
         let f = load_in(&kc, d.path(), "c-x").unwrap();
         assert_eq!(f.config.render(), "CONFIG_A=y\n# CONFIG_C is not set\n# CONFIG_D is not set\nCONFIG_K=y\n");
         assert_eq!(f.config.origin["CONFIG_D"], "kernel-config/flavors.toml [c-x]");
-        assert_eq!(f.series, ["rust-driver", "extra"]);
+        assert_eq!(f.series, ["android-sched", "rust-driver", "extra"]);
         assert_eq!(f.extra_series(), ["extra"]);
         assert_eq!(f.fragment_files, ["base.config", "c.config", "dbg.config"]);
         let plain = load_in(&kc, d.path(), "c").unwrap();
-        assert_eq!(plain.series, ["rust-driver"]);
+        assert_eq!(plain.series, DEFAULT_SERIES);
         assert!(plain.extra_series().is_empty());
     }
 
@@ -224,6 +236,8 @@ mod tests {
         let d = fixture("");
         let e = load_in(&d.path().join("kernel-config"), d.path(), "zz").unwrap_err().to_string();
         assert!(e.contains("unknown kernel flavor \"zz\""), "{e}");
+        let e = load_in(&d.path().join("kernel-config"), d.path(), "phone").unwrap_err().to_string();
+        assert!(e.contains("\"phone\" was removed") && e.contains("--policy phone"), "{e}");
     }
 
     #[test]
@@ -232,18 +246,14 @@ mod tests {
             let f = load(&n).unwrap();
             f.stack().unwrap();
         }
+        // Every kernel carries the phone's scheduler switches (off until a policy sets them).
+        assert_eq!(load("perf").unwrap().series, ["android-sched", "rust-driver"]);
         let spin = load("cbinder-spin").unwrap();
-        assert_eq!(spin.series, ["rust-driver", "c-reference"]);
+        assert_eq!(spin.series, ["android-sched", "rust-driver", "c-reference"]);
         assert_eq!(spin.config.render(), load("cbinder").unwrap().config.render());
         let dbg = load("cbinder-spin-debug").unwrap();
         assert_eq!(dbg.config.values["CONFIG_ANDROID_BINDER_IPC"], "y");
         assert_eq!(dbg.config.values["CONFIG_KASAN"], "y");
-        assert_eq!(dbg.series, ["rust-driver", "kbuild-fixes", "c-reference"]);
-        // phone is perf's configuration exactly, so its O= directory starts as a copy of perf's
-        // and android-sched/ costs the scheduler's objects and a link.
-        let phone = load("phone").unwrap();
-        assert_eq!(phone.series, ["rust-driver", "android-sched"]);
-        assert_eq!(phone.config.render(), load("perf").unwrap().config.render());
-        assert_eq!(load("phone-debug").unwrap().config.render(), load("debug").unwrap().config.render());
+        assert_eq!(dbg.series, ["android-sched", "rust-driver", "kbuild-fixes", "c-reference"]);
     }
 }

@@ -397,10 +397,18 @@ pub fn export_named(tree: &Path, dir: &Path, names: Names, applied_by: &str) -> 
 }
 
 fn export_with(tree: &Path, dir: &Path, header: &str) -> Result<Vec<String>> {
-    let base = stamp(tree, "lab-base").context("tree has no base stamp")?;
     let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let synced = applied_upto(tree, stamp(tree, "lab-head").as_deref());
-    if let Some(i) = synced.iter().position(|a| !a.id.starts_with(&format!("{name}/"))) {
+    let ours = |a: &Applied| a.id.starts_with(&format!("{name}/"));
+    // Series applied before this one (android-sched/ before rust-driver/ in every flavor) are
+    // part of the base it is exported from: kept as they are, in the record too.
+    let lead: Vec<Applied> =
+        if synced.iter().any(ours) { synced.iter().take_while(|a| !ours(a)).cloned().collect() } else { vec![] };
+    let base = match lead.last() {
+        Some(a) => a.commit.clone(),
+        None => stamp(tree, "lab-base").context("tree has no base stamp")?,
+    };
+    if let Some(i) = synced.iter().skip(lead.len()).position(|a| !ours(a)).map(|i| i + lead.len()) {
         let onto = if i == 0 { base.clone() } else { synced[i - 1].commit.clone() };
         bail!(
             "the kernel tree {} carries {} on top of {name}/ (a flavor with an extra series was built last), \
@@ -434,13 +442,25 @@ fn export_with(tree: &Path, dir: &Path, header: &str) -> Result<Vec<String>> {
     let exported = Series::load(dir)?;
     // Record what each exported patch became, so a later sync keeps these commits.
     let commits = git_out(tree, &["rev-list", "--reverse", &format!("{base}..HEAD")])?;
-    let record: Vec<Applied> = wanted(std::slice::from_ref(&exported))?
-        .into_iter()
-        .zip(commits.lines())
-        .map(|((a, _), c)| Applied { commit: c.to_string(), ..a })
-        .collect();
+    let mut record = lead.clone();
+    record.extend(
+        wanted(std::slice::from_ref(&exported))?
+            .into_iter()
+            .zip(commits.lines())
+            .map(|((a, _), c)| Applied { commit: c.to_string(), ..a }),
+    );
     write_applied(tree, &record)?;
-    set_stamps(tree, &exported.hash()?)?;
+    // The stack the tree now carries: the leading series, then the exported one.
+    let mut stack: Vec<Series> = vec![];
+    for a in &lead {
+        let lead_name = a.id.split('/').next().unwrap_or_default();
+        if stack.last().is_none_or(|s| s.name() != lead_name) {
+            let lead_dir = dir.parent().map(|p| p.join(lead_name)).unwrap_or_default();
+            stack.push(Series::load(&lead_dir)?);
+        }
+    }
+    stack.push(exported);
+    set_stamps(tree, &stack_hash(&stack)?)?;
     Ok(names)
 }
 
@@ -844,6 +864,30 @@ pub(crate) mod tests {
         assert!(e.contains("carries extra/0001-binder-extra.patch on top of rust-driver/"), "{e}");
         assert!(e.contains("rebase --onto"), "{e}");
         assert_eq!(std::fs::read_to_string(rust.dir.join("series")).unwrap(), before);
+    }
+
+    #[test]
+    fn export_keeps_a_series_applied_before_it_as_its_base() {
+        let (_d, tree, rust, extra) = stack_fixture();
+        // extra/ first (as android-sched/ comes before rust-driver/ in every flavor).
+        let stack = [extra.clone(), rust.clone()];
+        sync_series(&tree, &stack).unwrap();
+        commit(&tree, "drivers/a.rs", "fn a() { c() }\n", "rust_binder: two");
+        let names = export(&tree, &rust.dir).unwrap();
+        assert_eq!(names, ["0001-rust_binder-one.patch", "0002-rust_binder-two.patch"]);
+        // The exported series holds only rust-driver/'s commits, none of extra/'s.
+        let two = std::fs::read_to_string(rust.dir.join("0002-rust_binder-two.patch")).unwrap();
+        assert!(two.contains("drivers/a.rs") && !two.contains("drivers/b.c"), "{two}");
+        let rust = Series::load(&rust.dir).unwrap();
+        // The tree now carries extra/ + the new rust-driver/: a build of that stack finds it
+        // synced (no work, no re-apply), and extra/'s change is still there.
+        let stack = [extra, rust];
+        assert!(carries(&tree, &stack).unwrap());
+        assert!(!has_work(&tree).unwrap());
+        let head = git_out(&tree, &["rev-parse", "HEAD"]).unwrap();
+        sync_series(&tree, &stack).unwrap();
+        assert_eq!(git_out(&tree, &["rev-parse", "HEAD"]).unwrap(), head);
+        assert_eq!(std::fs::read_to_string(tree.join("drivers/b.c")).unwrap(), "long b;\n");
     }
 
     #[test]

@@ -196,7 +196,7 @@ pub fn tiers_table(rows: &BTreeMap<String, Row>) -> String {
 /// Seed 000's binderThroughputTest table.
 /// `cache`: the boot ran the cache plugin, whose counters cover the whole boot.
 pub fn throughput_table(rows: &BTreeMap<String, Row>, cache: bool) -> String {
-    let metrics: [(&str, &str, usize, &str); 9] = [
+    let metrics: [(&str, &str, usize, &str); 10] = [
         ("Throughput", "throughput.iterations_per_sec", 0, "/s"),
         ("Avg latency", "throughput.avg_ms", 3, " ms"),
         ("p50 latency", "throughput.p50_ms", 3, " ms"),
@@ -206,6 +206,8 @@ pub fn throughput_table(rows: &BTreeMap<String, Row>, cache: bool) -> String {
         ("Task clock", "throughput.counters.task_clock_ns", 0, " ns"),
         ("CPU migrations", "throughput.counters.cpu_migrations", 0, ""),
         ("Ctx switches", "throughput.counters.context_switches", 0, ""),
+        // The benchmark's own (getrusage), what the seed's simpleperf counted: no idle task.
+        ("Task switches", "throughput.task_switches.total", 0, ""),
     ];
     let mut s = String::new();
     let _ = writeln!(
@@ -462,6 +464,7 @@ mod tests {
                     json!({"iterations_per_sec": tput, "avg_ms": 1.0, "p50_ms": 0.9, "p99_ms": 2.0, "worst_ms": 3.0,
                            "samples_ms": [0.5, 0.9, 1.0, 2.0],
                            "counters": {"cpu_migrations": 10.0 + m as f64, "context_switches": 100.0, "cycles": null},
+                           "task_switches": {"total": 70.0 + m as f64},
                            "pool": {"threads_started": [3, 4]},
                            "ctabs_stats_delta": {"0": {"same_cpu": 0, "same_cluster": 0, "fallback": 0, "no_waiter": 0},
                                                  m.to_string(): {"same_cpu": 10, "same_cluster": 20, "fallback": 10, "no_waiter": 60}}}),
@@ -481,6 +484,8 @@ mod tests {
         // A counter the PMU does not provide shows n/a, never 0.
         assert!(t.lines().find(|l| l.starts_with("CPU cycles")).unwrap().contains("n/a"), "{t}");
         assert!(t.contains("not measurable here"));
+        // The benchmark's own switches (getrusage) beside the system-wide counter.
+        assert!(t.lines().find(|l| l.starts_with("Task switches")).unwrap().contains("+1.4%"), "{t}");
         let tc = throughput_table(&rows, true);
         assert!(!tc.contains("not measurable") && tc.contains("reproduce --model"), "{tc}");
         let tt = tiers_table(&rows);

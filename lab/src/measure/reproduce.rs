@@ -417,6 +417,8 @@ pub fn rerender(dir: &Path) -> Result<String> {
         let n = name.to_string_lossy();
         let seed = if n.contains("-seed001-") {
             "001"
+        } else if n.contains("-seed000c-") {
+            "000c"
         } else if n.contains("-seed002-") {
             "002"
         } else {
@@ -425,9 +427,9 @@ pub fn rerender(dir: &Path) -> Result<String> {
         by_seed.entry(seed).or_default().extend(events);
     }
     let e = |k: &str| Experiment::from_events(by_seed.get(k).map(Vec::as_slice).unwrap_or_default());
-    let (s0, s1, s2) = (e("000"), e("001"), e("002"));
+    let (s0, s0c, s1, s2) = (e("000"), e("000c"), e("001"), e("002"));
     write_plots(dir, &s1, &s2)?;
-    Ok(render(&seeds()?, &s0, &s1, &s2, saved.sizes))
+    Ok(render(&seeds()?, &[&s0, &s0c], &s1, &s2, saved.sizes))
 }
 
 /// Deferral off (mode 0, the "before") and on (mode 1), interleaved in one boot.
@@ -470,6 +472,8 @@ struct ResultsFile<'a> {
     profile: Profile,
     sizes: Sizes,
     seed000: &'a BTreeMap<String, Row>,
+    /// Seed 000 on the C driver with the seed's own patches (c-ctabs/).
+    seed000_c: &'a BTreeMap<String, Row>,
     seed001: &'a BTreeMap<String, Row>,
     seed002: &'a BTreeMap<String, Row>,
     runs: Vec<String>,
@@ -479,13 +483,15 @@ struct ResultsFile<'a> {
 pub struct Reproduction {
     pub text: String,
     pub seed000: Experiment,
+    /// Seed 000's patches on the C driver ([`C_FLAVOR`]), beside the Rust port's `seed000`.
+    pub seed000_c: Experiment,
     pub seed001: Experiment,
     pub seed002: Experiment,
 }
 
 impl Reproduction {
     pub fn outcomes(&self) -> impl Iterator<Item = &Outcome> {
-        [&self.seed000, &self.seed001, &self.seed002].into_iter().flat_map(|e| e.outcomes.iter())
+        [&self.seed000, &self.seed000_c, &self.seed001, &self.seed002].into_iter().flat_map(|e| e.outcomes.iter())
     }
     pub fn ok(&self) -> bool {
         self.outcomes().all(Outcome::ok)
@@ -493,28 +499,50 @@ impl Reproduction {
     /// Every metric, named `seed00N.<metric>`, for regression checks.
     pub fn metrics(&self) -> BTreeMap<String, Row> {
         let mut m = BTreeMap::new();
-        for (p, e) in [("seed000", &self.seed000), ("seed001", &self.seed001), ("seed002", &self.seed002)] {
+        for (p, e) in [
+            ("seed000", &self.seed000),
+            ("seed000c", &self.seed000_c),
+            ("seed001", &self.seed001),
+            ("seed002", &self.seed002),
+        ] {
             m.extend(e.rows.iter().map(|(k, v)| (format!("{p}.{k}"), v.clone())));
         }
         m
     }
 }
 
-/// The report text for all three seeds.
-pub fn render(seeds: &Seeds, s0: &Experiment, s1: &Experiment, s2: &Experiment, sizes: Sizes) -> String {
+/// The flavor seed 000's C patches run on: the C driver plus c-ctabs/.
+pub const C_FLAVOR: &str = "cbinder-ctabs";
+
+/// `base` on the C driver with seed 000's own patches; the run directory's name says so, so
+/// that [`rerender`] can tell its runs from the Rust port's.
+fn c_driver_opts(base: &RunOpts) -> RunOpts {
+    RunOpts { flavor: C_FLAVOR.into(), name: format!("seed000c-{C_FLAVOR}"), ..base.clone() }
+}
+
+/// The report text for all three seeds. `s0` is seed 000 on the Rust port, then (when it has
+/// runs) on the C driver with the seed's own patches.
+pub fn render(seeds: &Seeds, s0: &[&Experiment; 2], s1: &Experiment, s2: &Experiment, sizes: Sizes) -> String {
     let mut t = String::new();
     let _ = writeln!(t, "# Seeds reproduced on the emulated SA8155P\n\n{LEGEND}\n");
-    let _ = writeln!(
-        t,
-        "## Seed 000: CTABS, schd-dbg tiered latency (avg), {} interleaved repetitions per mode\n\n```\n{}```\n",
-        sizes.bench_reps,
-        seed000_tiers(&seeds.seed000, &s0.rows)
-    );
-    let _ = writeln!(
-        t,
-        "## Seed 000: CTABS, binderThroughputTest\n\n```\n{}```\n",
-        seed000_throughput(&seeds.seed000, &s0.rows)
-    );
+    for (e, driver) in
+        s0.iter().zip(["the Rust port (rust-driver/)", "the C driver (c-ctabs/, the seed's own patches)"])
+    {
+        if e.rows.is_empty() && driver.contains("C driver") {
+            continue;
+        }
+        let _ = writeln!(
+            t,
+            "## Seed 000 on {driver}: CTABS, schd-dbg tiered latency (avg), {} interleaved repetitions per mode\n\n```\n{}```\n",
+            sizes.bench_reps,
+            seed000_tiers(&seeds.seed000, &e.rows)
+        );
+        let _ = writeln!(
+            t,
+            "## Seed 000 on {driver}: CTABS, binderThroughputTest\n\n```\n{}```\n",
+            seed000_throughput(&seeds.seed000, &e.rows)
+        );
+    }
     t.push_str(&crate::measure::seed001::render(&seeds.seed001, &s1.samples, &s1.rows, sizes.seed001()));
     let _ = writeln!(
         t,
@@ -562,6 +590,11 @@ pub fn run_only(profile: Profile, base: &RunOpts, out: &Path, only: &[String]) -
             sizes.bench_reps
         ));
         boots.push(("000", bench::plan_inherit(profile, sizes.bench_reps, None), base.clone()));
+        note(format!(
+            "reproduce: seed 000 on the C driver ({C_FLAVOR}, CTABS modes 0/1/2; {} repetitions)",
+            sizes.bench_reps
+        ));
+        boots.push(("000c", bench::plan(profile, sizes.bench_reps, None), c_driver_opts(base)));
     }
     if want("001") {
         note(format!("reproduce: seed 001 (C mutex, C spinlock, Rust; {} runs each)", sizes.tput_runs));
@@ -576,7 +609,7 @@ pub fn run_only(profile: Profile, base: &RunOpts, out: &Path, only: &[String]) -
         &boots,
         |(_, p, _)| p.name.clone(),
         |(seed, plan, opts)| {
-            if *seed == "000" {
+            if seed.starts_with("000") {
                 Ok(bench::execute_plan(plan, profile, sizes.bench_reps, None, opts)?.0)
             } else {
                 run_plan_and_report(plan, opts)
@@ -588,16 +621,17 @@ pub fn run_only(profile: Profile, base: &RunOpts, out: &Path, only: &[String]) -
         by_seed.entry(seed).or_default().push(o);
     }
     let mut experiment = |seed: &str| Experiment::new(by_seed.remove(seed).unwrap_or_default());
-    let (s0, s1, s2) = (experiment("000"), experiment("001"), experiment("002"));
-    let text = render(&seeds, &s0, &s1, &s2, sizes);
+    let (s0, s0c, s1, s2) = (experiment("000"), experiment("000c"), experiment("001"), experiment("002"));
+    let text = render(&seeds, &[&s0, &s0c], &s1, &s2, sizes);
     std::fs::create_dir_all(out)?;
     write_plots(out, &s1, &s2)?;
     std::fs::write(out.join("reproduce.md"), &text).context("writing reproduce.md")?;
-    let r = Reproduction { text, seed000: s0, seed001: s1, seed002: s2 };
+    let r = Reproduction { text, seed000: s0, seed000_c: s0c, seed001: s1, seed002: s2 };
     let json = serde_json::to_string_pretty(&ResultsFile {
         profile,
         sizes,
         seed000: &r.seed000.rows,
+        seed000_c: &r.seed000_c.rows,
         seed001: &r.seed001.rows,
         seed002: &r.seed002.rows,
         runs: r.outcomes().map(|o| o.dir.display().to_string()).collect(),
@@ -666,6 +700,23 @@ mod tests {
         assert!(tt.contains("0.089 ms") && tt.contains("4623 / 46.2%"), "{tt}");
         // No lab data for the tiers here: n/a and "?", never a made-up number.
         assert!(tt.lines().nth(2).unwrap().contains("n/a") && tt.lines().nth(2).unwrap().ends_with("? ?"), "{tt}");
+    }
+
+    #[test]
+    fn seed000_on_the_c_driver_is_a_section_of_its_own_when_it_ran() {
+        let seeds = seeds().unwrap();
+        let sizes = Sizes::of(Profile::Quick);
+        let ev = tier_events(5, &[("tiers", Some(0), false, serde_json::json!({"SCHED_OTHER": 300}), 0.0)]);
+        let rust = Experiment::from_events(&ev);
+        let none = Experiment::from_events(&[]);
+        let t = render(&seeds, &[&rust, &none], &none, &none, sizes);
+        assert!(t.contains("## Seed 000 on the Rust port") && !t.contains("on the C driver"), "{t}");
+        let c = Experiment::from_events(&ev[..ev.len() / 2]);
+        let t = render(&seeds, &[&rust, &c], &none, &none, sizes);
+        assert_eq!(t.matches("## Seed 000 on the C driver (c-ctabs/").count(), 2, "{t}");
+        // Its runs are told apart by the run directory's name.
+        assert_eq!(c_driver_opts(&RunOpts::default()).flavor, C_FLAVOR);
+        assert!(format!("x-{}-1", c_driver_opts(&RunOpts::default()).name).contains("-seed000c-"));
     }
 
     /// binder-tiers results of three variants over `reps` rounds: (bench, switch, INHERIT_RT,

@@ -95,6 +95,8 @@ pub fn collect(events: &[Event]) -> Samples {
                         put(format!("throughput.counters.{k}"), mode, v.as_f64());
                     }
                 }
+                // The benchmark's own context switches (getrusage), the seed's counting scope.
+                put("throughput.task_switches.total".into(), mode, data["task_switches"]["total"].as_f64());
                 put_selections(&mut put, "throughput", mode, data);
             }
             // Variants (`inversion-fifo`) are named by their step, each with its own metrics.

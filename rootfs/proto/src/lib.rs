@@ -24,6 +24,9 @@ pub const CONSOLE_RESULT_PREFIX: &str = "LABRESULT ";
 /// The Rust binder's CTABS mode switch (rust-driver patch 0002) and its pick counters.
 pub const CTABS_MODE_FILE: &str = "/sys/kernel/debug/rust_binder/ctabs";
 pub const CTABS_STATS_FILE: &str = "/sys/kernel/debug/rust_binder/ctabs_stats";
+/// The same switch and counters in the C driver with seed 000's own patches (c-ctabs/).
+pub const C_CTABS_MODE_FILE: &str = "/sys/kernel/debug/binder/ctabs";
+pub const C_CTABS_STATS_FILE: &str = "/sys/kernel/debug/binder/ctabs_stats";
 /// The Rust binder's switch for deferring BR_TRANSACTION_COMPLETE (rust-driver patch 0005).
 pub const DEFER_TC_FILE: &str = "/sys/kernel/debug/rust_binder/defer_tc";
 /// The Rust binder's switch for Android's priority inheritance (rust-driver patch 0011).
@@ -64,6 +67,17 @@ pub struct Plan {
     /// exact versions): the host builds them static for the guest, into /bin.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub crates: Vec<String>,
+    /// Files the init writes, in order, before the first step: the board's scheduler policy
+    /// (`--policy`). Empty (mainline's policy) leaves the plan's JSON as it was without it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub settings: Vec<Setting>,
+}
+
+/// One boot-time write of a file (`echo VALUE > PATH`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Setting {
+    pub path: String,
+    pub value: String,
 }
 
 fn is_default<T: Default + PartialEq>(v: &T) -> bool {

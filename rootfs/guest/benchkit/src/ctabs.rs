@@ -1,15 +1,34 @@
-//! The Rust binder's CTABS debugfs files: the mode switch and the per-mode pick counters.
+//! The binder driver's CTABS debugfs files: the mode switch and the per-mode pick counters,
+//! the Rust driver's (rust-driver/) or, when it has none, the C driver's (c-ctabs/).
 
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 
-pub use labproto::{CTABS_MODE_FILE as MODE_FILE, CTABS_STATS_FILE as STATS_FILE};
+use labproto::{CTABS_MODE_FILE, CTABS_STATS_FILE, C_CTABS_MODE_FILE, C_CTABS_STATS_FILE};
 
 type Stats = BTreeMap<String, BTreeMap<String, u64>>;
 
+/// The running driver's mode file: the Rust driver's unless only the C driver's exists.
+pub fn mode_file() -> &'static str {
+    if !std::path::Path::new(CTABS_MODE_FILE).exists() && std::path::Path::new(C_CTABS_MODE_FILE).exists() {
+        C_CTABS_MODE_FILE
+    } else {
+        CTABS_MODE_FILE
+    }
+}
+
+/// The counters beside [`mode_file`].
+pub fn stats_file() -> &'static str {
+    if mode_file() == C_CTABS_MODE_FILE {
+        C_CTABS_STATS_FILE
+    } else {
+        CTABS_STATS_FILE
+    }
+}
+
 /// Writes `mode` to the CTABS mode file; Ok(false) when the file does not exist.
 pub fn set_mode(mode: u32) -> Result<bool, String> {
-    crate::write_switch(MODE_FILE, mode)
+    crate::write_switch(mode_file(), mode)
 }
 
 /// ctabs_stats text (a header `mode name...` then one row per mode) as mode → name → value.
@@ -29,7 +48,7 @@ pub fn parse_stats(text: &str) -> Stats {
 
 /// A snapshot of ctabs_stats, None when the file is absent or unreadable.
 pub fn snapshot() -> Option<Stats> {
-    std::fs::read_to_string(STATS_FILE).ok().map(|t| parse_stats(&t))
+    std::fs::read_to_string(stats_file()).ok().map(|t| parse_stats(&t))
 }
 
 /// after − before per mode and counter, as JSON (null when either snapshot is missing).

@@ -100,7 +100,7 @@ pub fn apply_ctabs_mode(a: &Args) -> Result<Option<u32>, String> {
     }
     let m: u32 = a.get("ctabs-mode", 0)?;
     if !ctabs::set_mode(m)? {
-        println!("note: {} is absent, --ctabs-mode {m} ignored", ctabs::MODE_FILE);
+        println!("note: {} is absent, --ctabs-mode {m} ignored", ctabs::mode_file());
         return Ok(None);
     }
     Ok(Some(m))

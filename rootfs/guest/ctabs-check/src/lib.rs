@@ -1,9 +1,11 @@
-//! Step program for CTABS (cluster-aware binder thread selection) in the Rust binder driver.
+//! Step program for CTABS (cluster-aware binder thread selection) in the Rust binder driver
+//! (rust-driver/, modes 0-3) or the C driver with seed 000's own patches (c-ctabs/, modes 0-2).
 //!
 //! A server process (the context manager) runs a pool of looper threads pinned to chosen CPUs;
 //! client processes pinned to other CPUs make synchronous calls. Between runs the driver mode
-//! is switched through /sys/kernel/debug/rust_binder/ctabs and the per-mode pick counters in
-//! ctabs_stats are read, so every mode is measured in one boot.
+//! is switched through /sys/kernel/debug/rust_binder/ctabs (the C driver's:
+//! /sys/kernel/debug/binder/ctabs) and the per-mode pick counters in ctabs_stats are read, so
+//! every mode is measured in one boot.
 //!
 //! Subcommands (each reports results on stdout for the lab's init):
 //! - `affinity [--iters N] [--server-cpus LIST] [--client-cpus LIST] [--modes LIST]`
@@ -25,10 +27,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const DEVICE: &str = "/dev/binderfs/binder";
-const MODE_FILE: &str = "/sys/kernel/debug/rust_binder/ctabs";
-const STATS_FILE: &str = "/sys/kernel/debug/rust_binder/ctabs_stats";
-/// Decisions are counted only while this is 1 (the counters are shared by all CPUs).
-const COUNTING_FILE: &str = "/sys/kernel/debug/rust_binder/ctabs_counting";
+/// The Rust driver's debugfs directory, then the C driver's; the first with a `ctabs` file is
+/// the driver that runs.
+const DRIVER_DIRS: [&str; 2] = ["/sys/kernel/debug/rust_binder", "/sys/kernel/debug/binder"];
 const CODE_PING: u32 = 1;
 /// Share of same-CPU or same-cluster picks that scoring must reach.
 const LOCAL_SHARE_MIN: f64 = 0.95;
@@ -43,25 +44,63 @@ type Result<T> = std::result::Result<T, String>;
 
 use benchkit::pin;
 
+/// The running driver's CTABS directory (the Rust driver's when neither has the switch, so
+/// that errors name the usual path).
+fn driver_dir() -> &'static str {
+    static DIR: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        DRIVER_DIRS.into_iter().find(|d| std::path::Path::new(d).join("ctabs").exists()).unwrap_or(DRIVER_DIRS[0])
+    })
+}
+
+/// `rust` or `c`, for results.
+fn driver() -> &'static str {
+    if driver_dir() == DRIVER_DIRS[0] {
+        "rust"
+    } else {
+        "c"
+    }
+}
+
+/// The driver's modes: the Rust port adds mode 3 (wake on the caller's CPU) to the seed's 0-2.
+fn modes() -> &'static str {
+    if driver() == "rust" {
+        "0,1,2,3"
+    } else {
+        "0,1,2"
+    }
+}
+
+/// A CTABS file of the running driver: `ctabs` (the mode), `ctabs_stats`, `ctabs_counting`
+/// (decisions are counted only while it is 1: the counters are shared by all CPUs).
+fn ctabs_file(name: &str) -> String {
+    format!("{}/{name}", driver_dir())
+}
+
 fn set_counting(on: bool) -> Result<()> {
-    std::fs::write(COUNTING_FILE, if on { "1\n" } else { "0\n" })
-        .map_err(|e| format!("{COUNTING_FILE}: {e} (a kernel without rust-driver 0002's counting switch?)"))
+    let f = ctabs_file("ctabs_counting");
+    std::fs::write(&f, if on { "1\n" } else { "0\n" })
+        .map_err(|e| format!("{f}: {e} (a kernel without CTABS's counting switch?)"))
 }
 
 fn set_mode(m: u32) -> Result<()> {
-    std::fs::write(MODE_FILE, format!("{m}\n"))
-        .map_err(|e| format!("{MODE_FILE}: {e} (is this the Rust binder with CTABS?)"))
+    let f = ctabs_file("ctabs");
+    std::fs::write(&f, format!("{m}\n")).map_err(|e| {
+        format!("{f}: {e} (is this a binder driver with CTABS, and mode {m} one of its modes {}?)", modes())
+    })
 }
 
 /// The mode the driver reports, so results say what was in effect, not what was asked for.
 fn read_mode() -> Result<u32> {
-    let t = std::fs::read_to_string(MODE_FILE).map_err(|e| format!("{MODE_FILE}: {e}"))?;
-    t.trim().parse().map_err(|e| format!("{MODE_FILE}: {t:?}: {e}"))
+    let f = ctabs_file("ctabs");
+    let t = std::fs::read_to_string(&f).map_err(|e| format!("{f}: {e}"))?;
+    t.trim().parse().map_err(|e| format!("{f}: {t:?}: {e}"))
 }
 
 /// ctabs_stats as mode -> counter name -> value.
 fn read_stats() -> Result<BTreeMap<u32, BTreeMap<String, u64>>> {
-    let text = std::fs::read_to_string(STATS_FILE).map_err(|e| format!("{STATS_FILE}: {e}"))?;
+    let f = ctabs_file("ctabs_stats");
+    let text = std::fs::read_to_string(&f).map_err(|e| format!("{f}: {e}"))?;
     let mut lines = text.lines();
     let header: Vec<&str> = lines.next().ok_or("empty ctabs_stats")?.split_whitespace().skip(1).collect();
     let mut out = BTreeMap::new();
@@ -363,7 +402,7 @@ fn affinity(a: &Args) -> Result<bool> {
     let iters = a.get("iters", 300u64);
     let servers: Vec<Option<u32>> = a.list("server-cpus", "0,1,2,3,4,5,6,7").into_iter().map(Some).collect();
     let clients: Vec<Option<u32>> = a.list("client-cpus", "1,5,7").into_iter().map(Some).collect();
-    let modes = a.list("modes", "0,1,2,3");
+    let modes = a.list("modes", modes());
     set_counting(true)?;
     let server = Server::start(&servers)?;
     let mut ok = true;
@@ -392,7 +431,7 @@ fn affinity(a: &Args) -> Result<bool> {
             if problem.is_none() { Status::Pass } else { Status::Fail },
             t.elapsed().as_secs_f64() * 1000.0,
             problem,
-            json!({ "mode": m, "mode_read": mode_read, "counters": d, "local_share": share,
+            json!({ "mode": m, "mode_read": mode_read, "driver": driver(), "counters": d, "local_share": share,
                     "same_cpu_share": same_cpu_share(&d), "client_view": seen.json(),
                     "client_same_cpu_share": client_same_cpu,
                     "server_cpus": a.list("server-cpus", "0,1,2,3,4,5,6,7"), "client_cpus": a.list("client-cpus", "1,5,7") }),
@@ -524,11 +563,12 @@ fn toggle(a: &Args) -> Result<bool> {
     let servers: Vec<Option<u32>> = (0..8).map(Some).collect();
     let server = Server::start(&servers)?;
     let until = Instant::now() + Duration::from_secs(secs);
+    let count = modes().split(',').count() as u32;
     let pid = fork()?;
     if pid == 0 {
         let mut m = 0;
         while Instant::now() < until {
-            m = (m + 1) % 4;
+            m = (m + 1) % count;
             let _ = set_mode(m);
             std::thread::sleep(Duration::from_millis(1));
         }

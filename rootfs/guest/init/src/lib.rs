@@ -157,6 +157,22 @@ fn run_shell() -> Result<(), String> {
     }
 }
 
+/// The plan's boot-time writes (the board's scheduler policy), in order. A write the kernel
+/// refuses is fatal: the run would measure another policy than the one it names.
+fn apply_settings(settings: &[labproto::Setting]) -> Result<(), String> {
+    for s in settings {
+        std::fs::write(&s.path, &s.value).map_err(|e| {
+            format!(
+                "policy: cannot write {:?} to {}: {e} (a kernel without that switch or sysctl, e.g. one \
+                 built without android-sched/: boot it with --policy mainline)",
+                s.value, s.path
+            )
+        })?;
+        sys::log(&format!("policy: {} > {}", s.value, s.path));
+    }
+    Ok(())
+}
+
 /// The plan's steps, `repeat` times in this boot; returns the runs made.
 fn run_steps(plan: &Plan, sink: &mut Sink, tracer: &mut Option<trace::Tracer>) -> Result<u32, String> {
     let runs = plan.repeat.max(1);
@@ -208,6 +224,7 @@ fn run(sink: &mut Sink) -> Result<(), String> {
     let path = plan_path(&cmdline);
     let plan = load_plan(&path)?;
     sys::log(&format!("plan '{}' from {path}: {} step(s)", plan.name, plan.steps.len()));
+    apply_settings(&plan.settings)?;
     let mut tracer = match &plan.trace {
         Some(spec) => {
             let port = sink::find_port(labproto::TRACE_PORT, std::time::Duration::from_secs(3))
@@ -255,6 +272,20 @@ pub fn main() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn settings_are_written_in_order_and_a_refused_one_is_fatal() {
+        let d = std::env::temp_dir().join(format!("lab-init-settings-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        let f = d.join("features").display().to_string();
+        let set = |path: &str, value: &str| labproto::Setting { path: path.into(), value: value.into() };
+        apply_settings(&[set(&f, "SYNC_EAS"), set(&f, "RT_SYNC")]).unwrap();
+        assert_eq!(std::fs::read_to_string(&f).unwrap(), "RT_SYNC");
+        let missing = d.join("no/such/sysctl").display().to_string();
+        let e = apply_settings(&[set(&missing, "1")]).unwrap_err();
+        assert!(e.contains(&missing) && e.contains("--policy mainline"), "{e}");
+        std::fs::remove_dir_all(&d).unwrap();
+    }
 
     #[test]
     fn plan_path_from_cmdline() {

@@ -1,5 +1,5 @@
 //! Where the server of a synchronous binder call runs, with each of android-sched's switches
-//! off and on (the `phone` kernel flavor; `android-sched/` in the repository).
+//! off and on (`android-sched/` in the repository, in every kernel).
 //!
 //! Binder wakes the server thread with a sync wake-up (`notify_sync()` in the Rust driver).
 //! Mainline ignores the hint; the Android Common Kernel honours it in two places, which
@@ -305,7 +305,7 @@ fn run(a: &Args) -> Result<bool> {
                 c.name,
                 Status::Skip,
                 0.0,
-                Some(format!("this kernel has no {f} scheduler feature (not a phone-policy kernel)")),
+                Some(format!("this kernel has no {f} scheduler feature (a kernel built without android-sched/)")),
                 Value::Null,
             );
             continue;
