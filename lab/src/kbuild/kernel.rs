@@ -223,7 +223,12 @@ pub fn build_with(name: &str, extras: &Extras) -> Result<Built> {
 
     let obj = cache.join("kernel/build").join(flavor);
     if !obj.exists() {
-        seed_from_sibling(&cache.join("kernel/build"), &obj, &merged)?;
+        // A treatment (`lab ab`) starts from its base's objects: the same config, a few
+        // more patches, so make rebuilds only what they touch.
+        match fl.seed.as_ref().map(|b| cache.join("kernel/build").join(b)).filter(|b| b.join("vmlinux").is_file()) {
+            Some(from) if label == fl.name => seed_from(&from, &obj, "its base flavor")?,
+            _ => seed_from_sibling(&cache.join("kernel/build"), &obj, &merged)?,
+        }
     }
     std::fs::create_dir_all(&obj)?;
     // One build per O= directory at a time; a second caller waits.
@@ -262,14 +267,15 @@ const SEED_MAX_DIFF: usize = 8;
 /// minutes instead of a full build.
 fn seed_from_sibling(build_root: &Path, obj: &Path, merged: &Fragment) -> Result<()> {
     let Some((diff, from)) = closest_sibling(build_root, &merged.render()) else { return Ok(()) };
+    seed_from(&from, obj, &format!("{diff} config lines differ"))
+}
+
+/// Copies the O= directory `from` to `obj` (atomically: a copy in progress has a hidden name).
+fn seed_from(from: &Path, obj: &Path, why: &str) -> Result<()> {
     // Not while the sibling builds: its build holds the same lock exclusively.
     let lockf = std::fs::File::create(from.join(".lab-lock"))?;
     lockf.lock_shared().context("locking the sibling build directory")?;
-    crate::support::progress::note(format!(
-        "seeding {} from {} ({diff} config lines differ)",
-        obj.display(),
-        from.display()
-    ));
+    crate::support::progress::note(format!("seeding {} from {} ({why})", obj.display(), from.display()));
     publish_dir(obj, |tmp| {
         let st = Command::new("cp").args(["-a", "--reflink=auto"]).arg(from.join(".")).arg(tmp).status()?;
         if !st.success() {
