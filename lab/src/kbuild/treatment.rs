@@ -52,14 +52,28 @@ fn is_patch(text: &str) -> bool {
     (has("diff --git ") || (has("--- ") && has("+++ "))) && has("@@ ")
 }
 
-/// A plain diff gets the mail header `git am` needs (subject: the file's name).
+/// The date a mail without one gets: `git am` would take the current time, and the commit
+/// ids, so the tree state and the kernel's cache key, would change with every sync.
+const FIXED_DATE: &str = "Date: Sat, 1 Jan 2000 00:00:00 +0000";
+
+/// A plain diff gets the mail header `git am` needs (subject: the file's name), and a mail
+/// without a date the fixed one.
 fn as_mail(text: &str, name: &str) -> String {
     let mailish =
         text.starts_with("From ") || text.lines().take_while(|l| !l.is_empty()).any(|l| l.starts_with("Subject:"));
-    if mailish {
+    if !mailish {
+        return format!(
+            "From: binder-lab ab <lab@localhost>\n{FIXED_DATE}\nSubject: [PATCH] {name}\n\n{name}, a plain diff given to `lab ab`.\n---\n{text}"
+        );
+    }
+    let header = text.split("\n\n").next().unwrap_or("");
+    if header.lines().any(|l| l.starts_with("Date:")) {
         return text.to_string();
     }
-    format!("From: binder-lab ab <lab@localhost>\nSubject: [PATCH] {name}\n\n{name}, a plain diff given to `lab ab`.\n---\n{text}")
+    match text.find("\nSubject:") {
+        Some(i) => format!("{}\n{FIXED_DATE}{}", &text[..i], &text[i..]),
+        None => text.to_string(),
+    }
 }
 
 fn read_patch(path: &Path) -> Result<Patch> {
@@ -344,6 +358,12 @@ mod tests {
         std::fs::write(d.path().join("x.diff"), DIFF).unwrap();
         let p = gather(&[Source::Patch(d.path().join("x.diff"))], None).unwrap();
         assert!(p[0].text.starts_with("From: ") && p[0].text.contains("Subject: [PATCH] x.diff"), "{}", p[0].text);
+        assert!(p[0].text.contains(FIXED_DATE), "{}", p[0].text);
+        // A mail without a date gets the fixed one, one with a date keeps it.
+        let mail = "From 0000 Mon Sep 17 00:00:00 2001\nFrom: a <a@b>\nSubject: [PATCH] x\n\nwhy\n---\n";
+        assert!(as_mail(mail, "m").contains(&format!("From: a <a@b>\n{FIXED_DATE}\nSubject:")));
+        let dated = mail.replace("Subject:", "Date: Mon, 2 Jan 2006 15:04:05 +0000\nSubject:");
+        assert_eq!(as_mail(&dated, "m"), dated);
         let h = hash(&p);
         assert_eq!(h.len(), HASH_LEN);
         let cache = d.path().join("cache");

@@ -173,8 +173,9 @@ pub fn perf_rows(rows: &BTreeMap<String, Row>, threshold: f64, expect: &BTreeMap
 }
 
 /// `--expect FILE` in lab/seeds.toml's shape: every table entry with `metric` and `values`
-/// (first: before, last: after), or seed 000's tier rows (`class`, `tier`, `avg_ms`), gives
-/// the claimed change in % of that metric.
+/// (first: before, last: after) or `before` and `after` ranges (seed 001's rows: their
+/// midpoints), or seed 000's tier rows (`class`, `tier`, `avg_ms`), gives the claimed change
+/// in % of that metric (a later entry for the same metric wins).
 pub fn load_expect(path: &Path) -> Result<BTreeMap<String, f64>> {
     let text = std::fs::read_to_string(path).with_context(|| format!("--expect {}: cannot read it", path.display()))?;
     let v: toml::Value = toml::from_str(&text).with_context(|| format!("--expect {}: not TOML", path.display()))?;
@@ -187,8 +188,11 @@ pub fn load_expect(path: &Path) -> Result<BTreeMap<String, f64>> {
                     let f = |x: &toml::Value| x.as_float().or_else(|| x.as_integer().map(|i| i as f64));
                     Some((f(a.first()?)?, f(a.last()?)?)).filter(|_| a.len() >= 2)
                 };
+                // Seed 001's shape: ranges before and after, compared by their midpoints.
+                let mid = |k: &str| nums(k).map(|(a, b)| (a + b) / 2.0);
+                let ranges = || Some((mid("before")?, mid("after")?));
                 let metric = match (t.get("metric").and_then(|m| m.as_str()), t.get("class"), t.get("tier")) {
-                    (Some(m), ..) if !m.is_empty() => nums("values").map(|n| (m.to_string(), n)),
+                    (Some(m), ..) if !m.is_empty() => nums("values").or_else(ranges).map(|n| (m.to_string(), n)),
                     (None, Some(c), Some(tr)) => nums("avg_ms").map(|n| {
                         (format!("tiers.{}.{}.avg_ms", c.as_str().unwrap_or(""), tr.as_str().unwrap_or("")), n)
                     }),
@@ -749,10 +753,14 @@ mod tests {
     #[test]
     fn expect_reads_the_seeds_file_shape() {
         let e = load_expect(&paths::repo().join("lab/seeds.toml")).unwrap();
+        // Seed 001's rows come after seed 000's in the file and win for the metrics both name.
         let t = e["throughput.iterations_per_sec"];
-        assert!((t - table::pct(41045.0, 46179.0)).abs() < 1e-9, "{t}");
+        assert!((t - table::pct(43000.0, 81500.0)).abs() < 1e-9, "{t}");
         assert!(e.contains_key("tiers.other.cross_cluster.avg_ms"), "{e:?}");
         let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("r.toml"), "[[rows]]\nmetric = \"a_ms\"\nbefore = [1, 3]\nafter = [0.5, 1.5]\n")
+            .unwrap();
+        assert_eq!(load_expect(&d.path().join("r.toml")).unwrap()["a_ms"], -50.0);
         std::fs::write(d.path().join("x.toml"), "[[rows]]\nname = \"x\"\n").unwrap();
         let err = load_expect(&d.path().join("x.toml")).unwrap_err().to_string();
         assert!(err.contains("no rows with `metric`"), "{err}");
