@@ -49,6 +49,10 @@ pub struct AbArgs {
     /// Only the builds and the correctness gates.
     #[arg(long)]
     pub no_perf: bool,
+    /// Without the debug kernel (no lockdep/KASAN conformance, KUnit or fuzz gates): for a
+    /// first answer when the base's debug flavor is not built yet (a full build).
+    #[arg(long)]
+    pub no_debug: bool,
     /// Where ab.md, ab.html and ab.json go [default: target/lab/ab/<time>].
     #[arg(long)]
     pub out: Option<PathBuf>,
@@ -81,7 +85,7 @@ impl AbArgs {
         if let Some(e) = &self.expect {
             a.extend(["--expect".to_string(), e.display().to_string()]);
         }
-        for (on, flag) in [(self.no_model, "--no-model"), (self.no_perf, "--no-perf")] {
+        for (on, flag) in [(self.no_model, "--no-model"), (self.no_perf, "--no-perf"), (self.no_debug, "--no-debug")] {
             if on {
                 a.push(flag.into());
             }
@@ -117,6 +121,7 @@ pub fn run(a: &AbArgs, run: &RunArgs) -> Result<Exit> {
         threshold: a.threshold,
         model: !a.no_perf && use_model(a, run),
         no_perf: a.no_perf,
+        no_debug: a.no_debug,
         out: std::path::absolute(&out)?,
     };
     let report = ab::run(&req, &run.opts("conformance")?)?;

@@ -40,6 +40,8 @@ pub struct Request {
     pub model: bool,
     /// Gates only: no performance runs and no profile.
     pub no_perf: bool,
+    /// No debug kernel: the gates run on the perf-side treatment only.
+    pub no_debug: bool,
     pub out: PathBuf,
 }
 
@@ -471,7 +473,10 @@ pub fn run(req: &Request, opts: &RunOpts) -> Result<Report> {
     if treatment::split(&req.base).is_some() {
         bail!("--base {}: a treatment cannot be a base; give a flavor of kernel-config/", req.base);
     }
-    let debug = treatment::debug_of(&req.base);
+    let debug = if req.no_debug { None } else { treatment::debug_of(&req.base) };
+    if debug.is_none() {
+        note(format!("ab: no debug kernel for {}: lockdep, KASAN, KUnit and the fuzzer do not run", req.base));
+    }
     let expect = req.expect.as_deref().map(load_expect).transpose()?;
     let lock = Lock::load(&Lock::path())?;
     let src = tree::tree_dir(&cache, &lock);
@@ -522,7 +527,12 @@ pub fn run(req: &Request, opts: &RunOpts) -> Result<Report> {
     let (mut metrics, mut perf_problems, mut functions, mut profile_text) =
         (BTreeMap::new(), vec![], vec![], String::new());
     let timing = if req.model { "timing model (--qemu lab --tcg hicount --cache)" } else { "--tcg icount" };
-    if !req.no_perf && !crate::harness::run::interrupted() {
+    // A treatment that fails a gate has no performance worth measuring: its report is the failure.
+    let gate_failed = gate_list.iter().any(Gate::fails_ab);
+    if gate_failed && !req.no_perf {
+        perf_problems.push("not run: a gate failed on the treatment".into());
+    }
+    if !req.no_perf && !gate_failed && !crate::harness::run::interrupted() {
         let popts =
             if req.model { crate::measure::model::opts(opts) } else { RunOpts { tcg: Tcg::Icount, ..opts.clone() } };
         let runs = perf_runs([&req.base, &t_perf], size, req.profile, &popts, req.model)?;
