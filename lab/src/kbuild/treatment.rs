@@ -383,15 +383,22 @@ mod tests {
         assert!(e.contains("not in") && e.contains("cargo make ab"), "{e}");
     }
 
-    #[test]
-    fn a_patch_that_does_not_apply_names_file_hunk_and_base() {
+    /// A git repository with f.c holding `text` in one commit, and that commit.
+    fn repo_with(text: &str) -> (tempfile::TempDir, String) {
         let d = tempfile::tempdir().unwrap();
         let src = d.path();
-        std::fs::write(src.join("f.c"), "a\nb\nc\nd\ne\nf\ng\nh\n").unwrap();
+        std::fs::write(src.join("f.c"), text).unwrap();
         output(tree::git(src).args(["init", "-q"])).unwrap();
         output(tree::git(src).args(["add", "f.c"])).unwrap();
         output(tree::git(src).args(["commit", "-q", "-m", "base"])).unwrap();
         let head = output(tree::git(src).args(["rev-parse", "HEAD"])).unwrap().trim().to_string();
+        (d, head)
+    }
+
+    #[test]
+    fn a_patch_that_does_not_apply_names_file_hunk_and_base() {
+        let (d, head) = repo_with("a\nb\nc\nd\ne\nf\ng\nh\n");
+        let src = d.path();
         let good = Patch { origin: "good.patch".into(), text: as_mail(DIFF, "good") };
         // Its second hunk's context is not in the file.
         let bad_text = format!("{DIFF}@@ -6,3 +6,3 @@\n f\n-zz\n+G\n h\n");
@@ -409,13 +416,8 @@ mod tests {
 
     #[test]
     fn tree_commits_since_the_base_head_become_patches() {
-        let d = tempfile::tempdir().unwrap();
+        let (d, head) = repo_with("a\nb\nc\n");
         let src = d.path();
-        std::fs::write(src.join("f.c"), "a\nb\nc\n").unwrap();
-        output(tree::git(src).args(["init", "-q"])).unwrap();
-        output(tree::git(src).args(["add", "f.c"])).unwrap();
-        output(tree::git(src).args(["commit", "-q", "-m", "base"])).unwrap();
-        let head = output(tree::git(src).args(["rev-parse", "HEAD"])).unwrap().trim().to_string();
         for (i, t) in ["a\nB\nc\n", "a\nB\nC\n"].iter().enumerate() {
             std::fs::write(src.join("f.c"), t).unwrap();
             output(tree::git(src).args(["commit", "-q", "-a", "-m", &format!("change {i}")])).unwrap();
