@@ -1,6 +1,6 @@
 //! `lab ab` end to end: a Rust-driver patch whose effect is known in advance (10 us of busy
-//! waiting in every transaction and reply) passes every gate and makes binder-throughput
-//! slower, so the A/B fails on that row; a patch that does not apply is refused before any
+//! waiting in every transaction and reply) passes the conformance gate and makes
+//! binder-throughput slower, so the A/B fails on that row; a patch that does not apply is refused before any
 //! build, naming the file, the hunk and the base.
 
 use lab_tests::lab;
@@ -14,7 +14,19 @@ fn data(name: &str) -> String {
 fn a_known_slowdown_passes_the_gates_and_fails_on_throughput() {
     let out = tempfile::tempdir().unwrap();
     let st = lab()
-        .args(["ab", "--patch", &data("rust-delay.patch"), "--base", "perf", "--profile", "quick", "--out"])
+        // Without the debug kernel: its treatment build and gates would double the test's time;
+        // the gates' own failures are shown by hand (docs/src/results/ab.md).
+        .args([
+            "ab",
+            "--patch",
+            &data("rust-delay.patch"),
+            "--base",
+            "perf",
+            "--profile",
+            "quick",
+            "--no-debug",
+            "--out",
+        ])
         .arg(out.path())
         .status()
         .unwrap();
@@ -25,7 +37,7 @@ fn a_known_slowdown_passes_the_gates_and_fails_on_throughput() {
     for g in json["gates"].as_array().unwrap() {
         assert_eq!(g["ok"], true, "gate {} failed:\n{md}", g["name"]);
     }
-    assert_eq!(json["gates"].as_array().unwrap().len(), 4, "{md}");
+    assert_eq!(json["gates"].as_array().unwrap().len(), 1, "{md}");
     let row = |m: &str| json["rows"].as_array().unwrap().iter().find(|r| r["metric"] == m).cloned();
     let tput = row("throughput.iterations_per_sec").expect("throughput row");
     assert_eq!(tput["verdict"], "worse", "{md}");
