@@ -257,6 +257,9 @@ pub fn build_with(name: &str, extras: &Extras) -> Result<Built> {
     Ok(built)
 }
 
+/// Reads of a moving tree before [`published`] gives up (2 s apart).
+const SETTLE_TRIES: u32 = 5;
+
 /// Most config lines a sibling may differ by for its O= directory to seed a new flavor's.
 const SEED_MAX_DIFF: usize = 8;
 
@@ -327,13 +330,23 @@ pub fn published(
     fingerprint: &str,
 ) -> Result<Option<Built>> {
     let src = tree::tree_dir(cache, lock);
-    let state = match tree::settled_state(&src, series)? {
-        Some(s) => s,
-        None if !tree::carries(&src, series)? => match tree::recorded_state(&src, series)? {
-            Some(s) => s,
+    // A tree that moved between two reads is being synced by another process, which takes
+    // seconds (its build after that takes minutes, under the tree lock): read it again
+    // rather than wait for that lock.
+    let mut tries = 0;
+    let state = loop {
+        match tree::settled_state(&src, series)? {
+            Some(s) => break s,
+            None if !tree::carries(&src, series)? => match tree::recorded_state(&src, series)? {
+                Some(s) => break s,
+                None => return Ok(None),
+            },
+            None if tries < SETTLE_TRIES => {
+                tries += 1;
+                std::thread::sleep(Duration::from_secs(2));
+            }
             None => return Ok(None),
-        },
-        None => return Ok(None),
+        }
     };
     let key = cache_key(lock, merged, &state, fingerprint);
     let dir = artifacts_dir(cache, flavor, &key);
