@@ -614,10 +614,23 @@ pub fn render(r: &Report, reproducer: &str) -> String {
     let _ = writeln!(s, "## Gates on the treatment\n");
     let _ = writeln!(s, "| gate | kernel | result | run |\n| --- | --- | --- | --- |");
     for g in &r.gates {
+        // One line per cell: the first line of each problem (the whole text is above).
+        let brief: Vec<String> = g
+            .problems
+            .iter()
+            .map(|p| {
+                let l = p.lines().next().unwrap_or("").replace('|', "/");
+                if l.chars().count() > 120 {
+                    format!("{}…", l.chars().take(120).collect::<String>())
+                } else {
+                    l
+                }
+            })
+            .collect();
         let res = match (g.ok, g.base_fails_too) {
             (true, _) => "pass".to_string(),
-            (false, Some(true)) => format!("fail, the base too (not the patch's): {}", g.problems.join("; ")),
-            (false, _) => format!("**FAIL**: {}", g.problems.join("; ")),
+            (false, Some(true)) => format!("fail, the base too (not the patch's): {}", brief.join("; ")),
+            (false, _) => format!("**FAIL**: {}", brief.join("; ")),
         };
         let _ = writeln!(s, "| {} | {} | {} | `{}` |", g.name, g.flavor, res, g.run_dir.display());
     }
@@ -774,6 +787,48 @@ mod tests {
         std::fs::write(d.path().join("x.toml"), "[[rows]]\nname = \"x\"\n").unwrap();
         let err = load_expect(&d.path().join("x.toml")).unwrap_err().to_string();
         assert!(err.contains("no rows with `metric`"), "{err}");
+    }
+
+    #[test]
+    fn a_failed_gate_comes_first_with_its_console_and_one_table_line() {
+        let gate = |name: &str, ok: bool, base: Option<bool>| Gate {
+            name: name.into(),
+            flavor: "perf+ab-0123456789ab".into(),
+            run_dir: "/runs/x".into(),
+            ok,
+            problems: if ok { vec![] } else { vec!["kernel splat (warning):\n[ 5.6] WARNING: x | y".into()] },
+            excerpt: if ok { String::new() } else { "warning (console line 12):\n[ 5.6] WARNING: x".into() },
+            base_fails_too: base,
+        };
+        let r = Report {
+            base: "perf".into(),
+            treatment: "perf+ab-0123456789ab".into(),
+            patches: vec!["a.patch".into()],
+            profile: Profile::Quick,
+            size: Size::of(Profile::Quick),
+            timing: "--tcg icount".into(),
+            builds: vec![],
+            gates: vec![gate("conformance-perf", false, Some(false)), gate("kunit-debug", false, Some(true))],
+            rows: vec![],
+            perf_problems: vec![],
+            functions: vec![],
+            threshold: 5.0,
+            passed: false,
+            wall_s: 1.0,
+            profile_text: String::new(),
+            metrics: BTreeMap::new(),
+        };
+        let md = render(&r, "cargo make ab --patch a.patch");
+        let first = md.find("## FAILED gate conformance-perf").expect(&md);
+        assert!(first < md.find("## Gates on the treatment").unwrap(), "{md}");
+        assert!(md.contains("```\nwarning (console line 12):"), "{md}");
+        // The base fails KUnit too: listed, not a failure of the A/B.
+        assert!(!md.contains("## FAILED gate kunit-debug"), "{md}");
+        let rows: Vec<&str> =
+            md.lines().filter(|l| l.starts_with("| conformance-perf") || l.starts_with("| kunit")).collect();
+        assert_eq!(rows.len(), 2, "{md}");
+        assert!(rows[0].contains("**FAIL**: kernel splat (warning):") && rows[0].ends_with("`/runs/x` |"), "{md}");
+        assert!(rows[1].contains("the base too"), "{md}");
     }
 
     #[test]
