@@ -318,8 +318,14 @@ fn kunit_off(flavor: &str) -> bool {
         .unwrap_or(false)
 }
 
+/// The least boot timeout of an A/B's boots: a debug kernel (KASAN, lockdep) or the timing
+/// model on a loaded host boots in minutes (measured: every debug boot past 60 s at a load
+/// average of 25), and a boot timeout says nothing about the patch.
+const MIN_BOOT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(300);
+
 fn gate_run(plan: &Plan, flavor: &str, kind: &str, base: &RunOpts) -> Result<Outcome> {
-    let mut o = RunOpts { flavor: flavor.into(), ..base.clone() };
+    let mut o =
+        RunOpts { flavor: flavor.into(), boot_timeout: base.boot_timeout.max(MIN_BOOT_TIMEOUT), ..base.clone() };
     if kind != "kunit" && kunit_off(flavor) {
         o.append.push("kunit.enable=0".into());
     }
@@ -383,6 +389,7 @@ fn perf_runs(
             let o = RunOpts {
                 flavor: flavors[arm as usize].into(),
                 qemu_seed: crate::measure::model::seed_of(b),
+                boot_timeout: opts.boot_timeout.max(MIN_BOOT_TIMEOUT),
                 ..opts.clone()
             };
             items.push((arm, b, plan, o));
