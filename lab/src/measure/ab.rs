@@ -523,7 +523,13 @@ pub fn run(req: &Request, opts: &RunOpts) -> Result<Report> {
     }
     for (role, f) in to_build {
         let t1 = Instant::now();
-        let b = kernel::build(&f).with_context(|| format!("building the {role} kernel {f}"))?;
+        // The shared tree names the patches by the treatment's series (`<hash>/0001.patch`):
+        // say which files those are.
+        let b = kernel::build(&f).with_context(|| {
+            let list: Vec<String> =
+                t.origins.iter().enumerate().map(|(i, o)| format!("{}/{:04}.patch = {o}", t.hash, i + 1)).collect();
+            format!("building the {role} kernel {f} ({})", list.join(", "))
+        })?;
         builds.push(BuildRec { role: role.into(), flavor: f, key: b.key, wall_s: t1.elapsed().as_secs_f64() });
     }
 
