@@ -126,6 +126,11 @@ fn gc_plan(cache: &Path, now: SystemTime) -> Vec<Prunable> {
             });
         }
     }
+    for (path, why) in treatments_to_prune(cache, now) {
+        if !out.iter().any(|p| p.path == path) {
+            out.push(Prunable { path, why });
+        }
+    }
     for path in prune_plan(&Kind::Qemu.root(cache), "qemu-", None, qemu::KEEP, now) {
         out.push(Prunable { path, why: format!("lab QEMU: older than the {} most recently used", qemu::KEEP) });
     }
@@ -146,6 +151,52 @@ fn gc_plan(cache: &Path, now: SystemTime) -> Vec<Prunable> {
             } else if kind == Kind::Dtb && name.ends_with(".dtb") && path.is_file() {
                 out.push(Prunable { path, why: "DTB of the layout before manifests (unused)".into() });
             }
+        }
+    }
+    out
+}
+
+/// `lab ab` treatments kept: their O= directories are a copy of the base's each.
+const AB_KEEP: usize = 3;
+
+/// The treatments of `lab ab` beyond the [`AB_KEEP`] most recently used (by their O=
+/// directories' last build), none used within the grace period: their O= directories,
+/// published kernels and series.
+fn treatments_to_prune(cache: &Path, now: SystemTime) -> Vec<(PathBuf, String)> {
+    use crate::kbuild::treatment;
+    let build = cache.join("kernel/build");
+    let Ok(rd) = std::fs::read_dir(&build) else { return vec![] };
+    let mtime = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).unwrap_or(SystemTime::UNIX_EPOCH);
+    // hash -> (last use, O= dirs)
+    let mut by_hash: std::collections::BTreeMap<String, (SystemTime, Vec<PathBuf>)> = Default::default();
+    for e in rd.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some((_, h)) = treatment::split(&name) else { continue };
+        let used = mtime(&e.path()).max(mtime(&e.path().join(".lab-lock")));
+        let entry = by_hash.entry(h.to_string()).or_insert((SystemTime::UNIX_EPOCH, vec![]));
+        entry.0 = entry.0.max(used);
+        entry.1.push(e.path());
+    }
+    let mut list: Vec<(String, (SystemTime, Vec<PathBuf>))> = by_hash.into_iter().collect();
+    list.sort_by_key(|e| std::cmp::Reverse(e.1 .0));
+    let mut out = vec![];
+    for (h, (used, mut dirs)) in list.into_iter().skip(AB_KEEP) {
+        dirs.sort();
+        if now.duration_since(used).unwrap_or_default() < PRUNE_GRACE {
+            continue;
+        }
+        let why = format!("`lab ab` treatment {h}: older than the {AB_KEEP} most recently built");
+        for d in dirs {
+            let label = d.file_name().unwrap_or_default().to_string_lossy().into_owned();
+            let published = artifact::list(cache, Kind::Kernel)
+                .into_iter()
+                .filter(|a| a.file_name().is_some_and(|n| n.to_string_lossy().starts_with(&format!("{label}-"))));
+            out.extend(published.map(|a| (a, why.clone())));
+            out.push((d, why.clone()));
+        }
+        let series = cache.join(treatment::SERIES_ROOT).join(&h);
+        if series.exists() {
+            out.push((series, why.clone()));
         }
     }
     out
@@ -228,6 +279,36 @@ mod tests {
             "{got:?}"
         );
         assert!(got[0].1.contains("kernel perf: older than its 4 most recently used"), "{got:?}");
+        // `lab ab` treatments: the three most recently built stay, with their debug sides.
+        let b = cache.join("kernel/build");
+        let hashes = ["aaaaaaaaaaaa", "bbbbbbbbbbbb", "cccccccccccc", "dddddddddddd"];
+        for (i, h) in hashes.iter().enumerate() {
+            mk(b.join(format!("perf+ab-{h}")), 20 - i as u32);
+            mk(b.join(format!("debug+ab-{h}")), 20 - i as u32);
+            mk(cache.join(crate::kbuild::treatment::SERIES_ROOT).join(h), 20);
+        }
+        mk(k.join("perf+ab-aaaaaaaaaaaa-0123"), 20);
+        let ab: Vec<String> = treatments_to_prune(cache, now)
+            .into_iter()
+            .map(|(p, _)| p.strip_prefix(cache).unwrap().display().to_string())
+            .collect();
+        assert_eq!(
+            ab,
+            [
+                "kernel/build/debug+ab-aaaaaaaaaaaa",
+                "kernel/artifacts/perf+ab-aaaaaaaaaaaa-0123",
+                "kernel/build/perf+ab-aaaaaaaaaaaa",
+                "ab/series/aaaaaaaaaaaa"
+            ]
+        );
+        for p in &ab {
+            assert!(gc_plan(cache, now).iter().any(|x| x.path == cache.join(p)), "{p}");
+        }
+        for h in hashes {
+            std::fs::remove_dir_all(b.join(format!("perf+ab-{h}"))).unwrap();
+            std::fs::remove_dir_all(b.join(format!("debug+ab-{h}"))).unwrap();
+        }
+        std::fs::remove_dir_all(k.join("perf+ab-aaaaaaaaaaaa-0123")).unwrap();
         // A staging directory younger than the grace period may be a publish in progress.
         std::fs::File::open(&stale).unwrap().set_modified(now).unwrap();
         std::fs::File::open(&old_tmp).unwrap().set_modified(now).unwrap();

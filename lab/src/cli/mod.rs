@@ -1,6 +1,7 @@
 //! Stage 6: the `lab` commands, one file per command (or family), and the nightly's
 //! orchestration. May import every stage; nothing imports it.
 
+pub mod ab;
 pub mod args;
 pub mod bench;
 pub mod cache;
@@ -259,6 +260,16 @@ pub enum Cmd {
     /// Build the documentation book (docs/) into target/lab/book and check it: every internal
     /// link, and that the command reference matches these definitions.
     Docs(docs::DocsArgs),
+    /// A/B of a binder patch: the base flavor against base + patches (--patch, --series,
+    /// --tree), conformance/KUnit/fuzz gates on the treatment, the seed workloads in alternating
+    /// boots on the timing model, the per-function instruction difference; ab.md/html/json.
+    /// Exit 0 when the gates pass and no row got worse beyond --threshold, 1 otherwise.
+    Ab {
+        #[command(flatten)]
+        ab: ab::AbArgs,
+        #[command(flatten)]
+        run: RunArgs,
+    },
     /// Compare two nightly.json files (baseline, current) with the nightly's regression rule.
     Compare {
         baseline: std::path::PathBuf,
@@ -363,6 +374,7 @@ pub fn execute(cmd: Cmd) -> Result<Exit> {
         Cmd::Nightly { profile, out, baseline, threshold, fuzz_ops, run } => {
             nightly::command(profile, out, baseline, threshold, fuzz_ops, &run)
         }
+        Cmd::Ab { ab: a, run } => ab::run(&a, &run),
         Cmd::Compare { baseline, current, threshold } => compare::run(&baseline, &current, threshold),
         Cmd::Profile { profile: p, run } => profile::run(&run, &p),
         Cmd::Docs(args) => docs::run(&args),

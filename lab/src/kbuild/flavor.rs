@@ -65,6 +65,9 @@ pub struct Flavor {
     pub fragment_files: Vec<String>,
     /// Every series applied, the default ones first.
     pub series: Vec<String>,
+    /// The flavor whose O= directory a new one of this flavor starts as a copy of (a
+    /// treatment's base: same config, a few more patches).
+    pub seed: Option<String>,
 }
 
 impl Flavor {
@@ -155,6 +158,7 @@ pub fn load_in(dir: &Path, repo: &Path, name: &str) -> Result<Flavor> {
             config: Fragment::merge(&parts),
             fragment_files: files,
             series,
+            seed: None,
         });
     }
     let path = dir.join(format!("{name}.config"));
@@ -174,11 +178,50 @@ pub fn load_in(dir: &Path, repo: &Path, name: &str) -> Result<Flavor> {
         config: Fragment::merge(&[base, Fragment::load(&path)?]),
         fragment_files: vec!["base.config".into(), format!("{name}.config")],
         series: default,
+        seed: None,
     })
 }
 
+/// Resolves `name`: a flavor of kernel-config/, or a treatment of `lab ab` on one
+/// (`perf+ab-<hash>`, see [`crate::kbuild::treatment`]).
 pub fn load(name: &str) -> Result<Flavor> {
+    if let Some((base, hash)) = split_treatment(name) {
+        let base = load_in(&paths::kernel_config_dir(), &paths::repo(), base)?;
+        return load_treatment(&paths::cache(), base, hash);
+    }
     load_in(&paths::kernel_config_dir(), &paths::repo(), name)
+}
+
+/// What separates a treatment's base flavor from its hash in its name (`perf+ab-0123abcd4567`).
+pub const TREATMENT_TAG: &str = "+ab-";
+/// Where the treatments' series live, under the cache.
+pub const TREATMENT_ROOT: &str = "ab/series";
+/// Hex digits of the patches' hash in a treatment's name.
+pub const TREATMENT_HASH_LEN: usize = 12;
+
+/// `perf+ab-<hash>`: (base, hash), when `name` is a treatment's.
+pub fn split_treatment(name: &str) -> Option<(&str, &str)> {
+    let (base, h) = name.split_once(TREATMENT_TAG)?;
+    (h.len() == TREATMENT_HASH_LEN && h.chars().all(|c| c.is_ascii_hexdigit())).then_some((base, h))
+}
+
+/// The treatment of `base` whose series is `<cache>/ab/series/<hash>`: the base's fragments
+/// and stack plus that series, its O= directory seeded from the base's.
+pub fn load_treatment(cache: &Path, base: Flavor, h: &str) -> Result<Flavor> {
+    let dir = cache.join(TREATMENT_ROOT).join(h);
+    if !dir.join("series").is_file() {
+        bail!(
+            "kernel flavor {}{TREATMENT_TAG}{h}: its patches are not in {} (pruned?); run `cargo make ab` with them again",
+            base.name,
+            dir.display()
+        );
+    }
+    let mut f = base;
+    f.seed = Some(f.name.clone());
+    f.about = format!("{} with the patches of {}", f.name, dir.display());
+    f.name = format!("{}{TREATMENT_TAG}{h}", f.name);
+    f.series.push(dir.display().to_string());
+    Ok(f)
 }
 
 #[cfg(test)]

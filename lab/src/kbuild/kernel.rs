@@ -223,7 +223,12 @@ pub fn build_with(name: &str, extras: &Extras) -> Result<Built> {
 
     let obj = cache.join("kernel/build").join(flavor);
     if !obj.exists() {
-        seed_from_sibling(&cache.join("kernel/build"), &obj, &merged)?;
+        // A treatment (`lab ab`) starts from its base's objects: the same config, a few
+        // more patches, so make rebuilds only what they touch.
+        match fl.seed.as_ref().map(|b| cache.join("kernel/build").join(b)).filter(|b| b.join("vmlinux").is_file()) {
+            Some(from) if label == fl.name => seed_from(&from, &obj, "its base flavor")?,
+            _ => seed_from_sibling(&cache.join("kernel/build"), &obj, &merged)?,
+        }
     }
     std::fs::create_dir_all(&obj)?;
     // One build per O= directory at a time; a second caller waits.
@@ -252,6 +257,9 @@ pub fn build_with(name: &str, extras: &Extras) -> Result<Built> {
     Ok(built)
 }
 
+/// Reads of a moving tree before [`published`] gives up (2 s apart).
+const SETTLE_TRIES: u32 = 5;
+
 /// Most config lines a sibling may differ by for its O= directory to seed a new flavor's.
 const SEED_MAX_DIFF: usize = 8;
 
@@ -262,14 +270,15 @@ const SEED_MAX_DIFF: usize = 8;
 /// minutes instead of a full build.
 fn seed_from_sibling(build_root: &Path, obj: &Path, merged: &Fragment) -> Result<()> {
     let Some((diff, from)) = closest_sibling(build_root, &merged.render()) else { return Ok(()) };
+    seed_from(&from, obj, &format!("{diff} config lines differ"))
+}
+
+/// Copies the O= directory `from` to `obj` (atomically: a copy in progress has a hidden name).
+fn seed_from(from: &Path, obj: &Path, why: &str) -> Result<()> {
     // Not while the sibling builds: its build holds the same lock exclusively.
     let lockf = std::fs::File::create(from.join(".lab-lock"))?;
     lockf.lock_shared().context("locking the sibling build directory")?;
-    crate::support::progress::note(format!(
-        "seeding {} from {} ({diff} config lines differ)",
-        obj.display(),
-        from.display()
-    ));
+    crate::support::progress::note(format!("seeding {} from {} ({why})", obj.display(), from.display()));
     publish_dir(obj, |tmp| {
         let st = Command::new("cp").args(["-a", "--reflink=auto"]).arg(from.join(".")).arg(tmp).status()?;
         if !st.success() {
@@ -321,13 +330,23 @@ pub fn published(
     fingerprint: &str,
 ) -> Result<Option<Built>> {
     let src = tree::tree_dir(cache, lock);
-    let state = match tree::settled_state(&src, series)? {
-        Some(s) => s,
-        None if !tree::carries(&src, series)? => match tree::recorded_state(&src, series)? {
-            Some(s) => s,
+    // A tree that moved between two reads is being synced by another process, which takes
+    // seconds (its build after that takes minutes, under the tree lock): read it again
+    // rather than wait for that lock.
+    let mut tries = 0;
+    let state = loop {
+        match tree::settled_state(&src, series)? {
+            Some(s) => break s,
+            None if !tree::carries(&src, series)? => match tree::recorded_state(&src, series)? {
+                Some(s) => break s,
+                None => return Ok(None),
+            },
+            None if tries < SETTLE_TRIES => {
+                tries += 1;
+                std::thread::sleep(Duration::from_secs(2));
+            }
             None => return Ok(None),
-        },
-        None => return Ok(None),
+        }
     };
     let key = cache_key(lock, merged, &state, fingerprint);
     let dir = artifacts_dir(cache, flavor, &key);

@@ -11,4 +11,5 @@ pub mod pin;
 pub mod qemu;
 pub mod repro;
 pub mod setup;
+pub mod treatment;
 pub mod tree;

@@ -181,6 +181,12 @@ fn set_stamps(tree: &Path, series_hash: &str) -> Result<()> {
     write_atomic(&tree.join(".git/lab-head"), head.as_bytes())
 }
 
+/// The commit the stack ends in, as the last sync to it recorded (commit ids are
+/// deterministic); None when the tree never carried it.
+pub fn stack_head(tree: &Path, stack: &[Series]) -> Result<Option<String>> {
+    Ok(stamp(tree, &format!("lab-series-heads/{}", stack_hash(stack)?)))
+}
+
 /// Hash of a stack of series. A single series keeps its own hash, the stamp every lab
 /// version wrote, so checkouts of different ages agree on what the tree carries.
 pub fn stack_hash(stack: &[Series]) -> Result<String> {

@@ -1,6 +1,7 @@
 //! Stage 5: measurements. Statistics, benchmark samples and tables, plots, and the seed
 //! experiments (`bench`, `reproduce`), the nightly's regression gate. Imports `report`, `harness` and below.
 
+pub mod ab;
 pub mod bench;
 pub mod gate;
 pub mod matrix;

@@ -86,18 +86,19 @@ pub fn collect(events: &[Event]) -> Samples {
         let Event::Result { step, case, data, .. } = e else { continue };
         let Some((bench, mode)) = parse_step(step) else { continue };
         match (bench, case.as_str()) {
-            ("throughput", "throughput") => {
+            // Variants (`throughput-w2`, `lab ab`'s -w 2 run) are named by their step.
+            (b, "throughput") if b.starts_with("throughput") => {
                 for k in ["iterations_per_sec", "avg_ms", "p50_ms", "p99_ms", "worst_ms"] {
-                    put(format!("throughput.{k}"), mode, data[k].as_f64());
+                    put(format!("{b}.{k}"), mode, data[k].as_f64());
                 }
                 if let Some(c) = data["counters"].as_object() {
                     for (k, v) in c {
-                        put(format!("throughput.counters.{k}"), mode, v.as_f64());
+                        put(format!("{b}.counters.{k}"), mode, v.as_f64());
                     }
                 }
                 // The benchmark's own context switches (getrusage), the seed's counting scope.
-                put("throughput.task_switches.total".into(), mode, data["task_switches"]["total"].as_f64());
-                put_selections(&mut put, "throughput", mode, data);
+                put(format!("{b}.task_switches.total"), mode, data["task_switches"]["total"].as_f64());
+                put_selections(&mut put, b, mode, data);
             }
             // Variants (`inversion-fifo`) are named by their step, each with its own metrics.
             (b, "inversion") if b.starts_with("inversion") => {

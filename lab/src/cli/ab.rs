@@ -1,0 +1,132 @@
+//! `lab ab`: a base flavor against the same flavor plus patches, gated and measured the way
+//! the seeds were ([`crate::measure::ab`]).
+
+use crate::cli::args::RunArgs;
+use crate::harness::outcome::Exit;
+use crate::harness::qemu::Tcg;
+use crate::kbuild::treatment::Source;
+use crate::measure::ab::{self, Request};
+use crate::measure::bench::Profile;
+use crate::support::{paths, progress::note, stamp};
+use anyhow::Result;
+use std::path::PathBuf;
+
+#[derive(Debug, clap::Args)]
+pub struct AbArgs {
+    /// A patch (`git format-patch` output or a unified diff) applied on the base; repeatable,
+    /// applied in the order given, after --series and --tree.
+    #[arg(long, value_name = "FILE")]
+    pub patch: Vec<PathBuf>,
+    /// A directory of patches with a `series` file (e.g. `c-reference`); repeatable, first.
+    #[arg(long, value_name = "DIR")]
+    pub series: Vec<PathBuf>,
+    /// The commits of a clone of the lab's kernel tree from the base flavor's last patch to
+    /// REV [default: HEAD]; repeatable, after --series.
+    #[arg(long, value_name = "GIT_DIR[@REV]")]
+    pub tree: Vec<String>,
+    /// The base flavor (perf: the Rust driver; cbinder: the C driver; phone: perf with Android's
+    /// scheduler patches). Its debug flavor (debug, cbinder-debug, ...) carries the patches too.
+    #[arg(long, default_value = crate::kbuild::flavor::DEFAULT, value_parser = crate::cli::catalog::Choice::flavors())]
+    pub base: String,
+    /// quick: 5 boots per arm, small workloads, a 5k-operation fuzz; full: 8 boots, 3
+    /// repetitions, a 100k-operation fuzz.
+    #[arg(long, value_enum, default_value = "full")]
+    pub profile: Profile,
+    /// Boots per arm [default: the profile's].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub boots: Option<u64>,
+    /// The changes the patch claims, in lab/seeds.toml's shape (`metric` and `values = [before,
+    /// after]`): each row gets a direction mark.
+    #[arg(long, value_name = "FILE")]
+    pub expect: Option<PathBuf>,
+    /// Percent by which a row may get worse (CI excluding 0) before the A/B fails.
+    #[arg(long, default_value_t = 5.0)]
+    pub threshold: f64,
+    /// Measure under --tcg icount on the run's QEMU instead of the timing model (the default
+    /// when the lab QEMU is built).
+    #[arg(long)]
+    pub no_model: bool,
+    /// Only the builds and the correctness gates.
+    #[arg(long)]
+    pub no_perf: bool,
+    /// Without the debug kernel (no lockdep/KASAN conformance, KUnit or fuzz gates): for a
+    /// first answer when the base's debug flavor is not built yet (a full build).
+    #[arg(long)]
+    pub no_debug: bool,
+    /// Where ab.md, ab.html and ab.json go [default: target/lab/ab/<time>].
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+impl AbArgs {
+    fn sources(&self) -> Vec<Source> {
+        let s = self.series.iter().map(|d| Source::Series(d.clone()));
+        let t = self.tree.iter().map(|t| Source::tree(t));
+        s.chain(t).chain(self.patch.iter().map(|p| Source::Patch(p.clone()))).collect()
+    }
+
+    /// The ab options as arguments, for the reproducer line.
+    fn cli_args(&self) -> Vec<String> {
+        let mut a = vec![];
+        for d in &self.series {
+            a.extend(["--series".to_string(), d.display().to_string()]);
+        }
+        for t in &self.tree {
+            a.extend(["--tree".to_string(), t.clone()]);
+        }
+        for p in &self.patch {
+            a.extend(["--patch".to_string(), p.display().to_string()]);
+        }
+        a.extend(["--base".to_string(), self.base.clone()]);
+        a.extend(["--profile".to_string(), format!("{:?}", self.profile).to_lowercase()]);
+        if let Some(b) = self.boots {
+            a.extend(["--boots".to_string(), b.to_string()]);
+        }
+        if let Some(e) = &self.expect {
+            a.extend(["--expect".to_string(), e.display().to_string()]);
+        }
+        for (on, flag) in [(self.no_model, "--no-model"), (self.no_perf, "--no-perf"), (self.no_debug, "--no-debug")] {
+            if on {
+                a.push(flag.into());
+            }
+        }
+        a
+    }
+}
+
+/// The timing model when nothing says otherwise and the lab QEMU is built; a build of it
+/// would cost more than a quick A/B.
+fn use_model(a: &AbArgs, run: &RunArgs) -> bool {
+    if a.no_model || run.tcg.is_some_and(|t| t != Tcg::Hicount) {
+        return false;
+    }
+    let built = std::fs::read_dir(paths::cache().join("qemu/artifacts"))
+        .map(|d| d.flatten().any(|e| e.file_name().to_string_lossy().starts_with("qemu-")))
+        .unwrap_or(false);
+    if !built {
+        note("ab: the lab QEMU is not built (`cargo make qemu`), so the A/B runs under --tcg icount, not the timing model");
+    }
+    built
+}
+
+pub fn run(a: &AbArgs, run: &RunArgs) -> Result<Exit> {
+    let out = a.out.clone().unwrap_or_else(|| paths::repo().join("target/lab/ab").join(stamp::utc_stamp()));
+    std::fs::create_dir_all(&out)?;
+    let req = Request {
+        sources: a.sources(),
+        base: a.base.clone(),
+        profile: a.profile,
+        boots: a.boots.map(|b| b as usize),
+        expect: a.expect.clone(),
+        threshold: a.threshold,
+        model: !a.no_perf && use_model(a, run),
+        no_perf: a.no_perf,
+        no_debug: a.no_debug,
+        out: std::path::absolute(&out)?,
+    };
+    let report = ab::run(&req, &run.opts("conformance")?)?;
+    let md = ab::write(&report, &run.reproducer("ab", &a.cli_args()), &out)?;
+    println!("{md}");
+    println!("report: {}", out.join("ab.md").display());
+    Ok(if report.passed { Exit::Ok } else { Exit::TestFailure })
+}
