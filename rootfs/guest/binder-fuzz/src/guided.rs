@@ -1,0 +1,488 @@
+//! Coverage-guided mode (`mode=guided`), its baseline without feedback (`mode=random`) and
+//! replays (`replay=0x..,0x..`).
+//!
+//! Our own loop, libFuzzer's shape: an input is a sequence of operation seeds (one op of
+//! worker.rs each, see `worker::run_sequence`), run in a fresh worker process with KCOV on
+//! every thread. Coverage is kept only inside the binder driver's text (`text=START-END,...`,
+//! which the lab takes from the flavor's System.map). A sequence that reaches a new edge
+//! (a pair of consecutive driver PCs in one thread's trace) joins the corpus; new sequences
+//! are mutations of corpus entries (insert, drop, replace, duplicate an op, splice two).
+//! `random` runs the same loop and budget but never draws from the corpus.
+//!
+//! A sequence after which the kernel logged a splat (or whose worker crashed or hung) is
+//! written to `out/crash-N.json`, minimised (ops dropped while the same splat comes back)
+//! into `out/repro-N.json`, and the run stops; `cargo make fuzz --replay FILE` boots with
+//! that sequence. Coverage over time and the functions never reached go to
+//! `out/coverage.json`.
+
+use crate::kcov::Kcov;
+use crate::shm::Shm;
+use crate::worker;
+use labproto::{report, Status};
+use serde_json::{json, Value};
+use std::collections::{BTreeSet, HashSet};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use testkit::kmsg::{self, Kmsg};
+use testkit::rng::{mix, Rng};
+
+/// KCOV buffer per thread in words (2 MiB): a sequence's whole-kernel trace fits.
+const KCOV_WORDS: usize = 256 * 1024;
+/// Longest sequence a mutation makes.
+const MAX_LEN: usize = 48;
+/// Runs spent minimising one failure.
+const MINIMISE_RUNS: usize = 120;
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Guided,
+    Random,
+    Replay,
+}
+
+impl Mode {
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Guided => "guided",
+            Mode::Random => "random",
+            Mode::Replay => "replay",
+        }
+    }
+}
+
+pub struct Config {
+    pub mode: Mode,
+    pub seed: u64,
+    pub ops: u64,
+    pub seconds: f64,
+    pub threads: usize,
+    pub device: String,
+    /// Driver text ranges, [start, end).
+    pub text: Vec<(u64, u64)>,
+    pub replay: Vec<u64>,
+    pub out: PathBuf,
+    /// A worker still running after this long is a hang.
+    pub hang_s: f64,
+}
+
+/// Parses `0xSTART-0xEND,...`.
+pub fn parse_ranges(s: &str) -> Option<Vec<(u64, u64)>> {
+    s.split(',')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (a, b) = p.split_once('-')?;
+            let n = |x: &str| u64::from_str_radix(x.trim().trim_start_matches("0x"), 16).ok();
+            Some((n(a)?, n(b)?)).filter(|(a, b)| a < b)
+        })
+        .collect()
+}
+
+/// Parses `0x1,0x2,...` (a replayed sequence).
+pub fn parse_seq(s: &str) -> Option<Vec<u64>> {
+    s.split(',').filter(|p| !p.is_empty()).map(|p| u64::from_str_radix(p.trim().trim_start_matches("0x"), 16).ok()).collect()
+}
+
+/// Driver functions from /proc/kallsyms inside the text ranges, sorted by address.
+struct Symbols {
+    starts: Vec<u64>,
+    names: Vec<String>,
+}
+
+impl Symbols {
+    fn load(text: &[(u64, u64)]) -> Symbols {
+        let mut v: Vec<(u64, String)> = std::fs::read_to_string("/proc/kallsyms")
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| {
+                let mut it = l.split_whitespace();
+                let a = u64::from_str_radix(it.next()?, 16).ok()?;
+                let ty = it.next()?;
+                let name = it.next()?;
+                (matches!(ty, "t" | "T") && text.iter().any(|&(s, e)| a >= s && a < e)).then(|| (a, name.to_string()))
+            })
+            .collect();
+        v.sort();
+        v.dedup_by_key(|x| x.0);
+        Symbols { starts: v.iter().map(|x| x.0).collect(), names: v.into_iter().map(|x| x.1).collect() }
+    }
+
+    fn function_of(&self, pc: u64) -> Option<usize> {
+        self.starts.partition_point(|&s| s <= pc).checked_sub(1)
+    }
+
+    fn name(&self, i: usize) -> String {
+        format!("{:#}", rustc_demangle::demangle(&self.names[i]))
+    }
+}
+
+/// What one run of a sequence left.
+struct Exec {
+    /// Driver PCs per thread, in trace order.
+    traces: Vec<Vec<u64>>,
+    /// Splats, the worker's crash or a hang: the first is the failure's signature.
+    failures: Vec<String>,
+}
+
+impl Exec {
+    fn signature(&self) -> Option<String> {
+        self.failures.first().map(|f| signature(f))
+    }
+}
+
+/// A splat line without what changes between runs (CPU, PID, addresses): its kind and where.
+fn signature(line: &str) -> String {
+    let kind = line.split(':').next().unwrap_or("");
+    match line.split_once(" at ") {
+        Some((_, at)) => format!("{kind} at {}", at.split_whitespace().next().unwrap_or("")),
+        None => line.chars().filter(|c| !c.is_ascii_digit()).collect(),
+    }
+}
+
+struct Fuzzer<'a> {
+    cfg: &'a Config,
+    shm: &'static Shm,
+    kcov: Vec<Kcov>,
+    kmsg: Option<Kmsg>,
+    text: Vec<(u64, u64)>,
+    rng: Rng,
+    corpus: Vec<Vec<u64>>,
+    edges: HashSet<u64>,
+    pcs: HashSet<u64>,
+    functions: BTreeSet<usize>,
+    syms: Symbols,
+    execs: u64,
+    ops: u64,
+    t0: Instant,
+    timeline: Vec<Value>,
+}
+
+impl<'a> Fuzzer<'a> {
+    fn in_driver(&self, pc: u64) -> bool {
+        self.text.iter().any(|&(s, e)| pc >= s && pc < e)
+    }
+
+    fn exec(&mut self, seq: &[u64]) -> Exec {
+        for k in &self.kcov {
+            k.reset();
+        }
+        if let Some(k) = self.kmsg.as_mut() {
+            k.read_new();
+        }
+        let fds: Vec<i32> = self.kcov.iter().map(|k| k.fd).collect();
+        let wcfg = || worker::Config {
+            device: self.cfg.device.clone(),
+            binder_fds: false,
+            slot: 0,
+            seed: 0,
+            threads: self.cfg.threads,
+            life_ops: seq.len() as u64,
+        };
+        // SAFETY: the parent is single-threaded, so the child may run arbitrary code.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            // SAFETY: prctl has no memory preconditions.
+            unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) };
+            let code = worker::run_sequence(wcfg(), self.shm, seq, &fds);
+            // SAFETY: ends the worker without running the parent's exit handlers.
+            unsafe { libc::_exit(code) };
+        }
+        let mut failures = vec![];
+        if pid < 0 {
+            failures.push("fork failed".into());
+            return Exec { traces: vec![], failures };
+        }
+        let t = Instant::now();
+        let code = loop {
+            let mut st = 0;
+            // SAFETY: our child; st is a valid out-pointer.
+            if unsafe { libc::waitpid(pid, &mut st, libc::WNOHANG) } == pid {
+                break syskit::decode_status(st);
+            }
+            if t.elapsed().as_secs_f64() > self.cfg.hang_s {
+                failures.push(format!("hang: worker still running after {} s", self.cfg.hang_s));
+                // SAFETY: kill and reap our own child.
+                unsafe {
+                    libc::kill(pid, libc::SIGKILL);
+                    libc::waitpid(pid, &mut st, 0);
+                }
+                break 128 + libc::SIGKILL;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        if code != 0 && failures.is_empty() {
+            failures.push(format!("crash: worker ended with status {code}"));
+        }
+        // The driver releases a process in deferred work: wait for it, so that the next
+        // sequence starts clean (the context manager free) and its splats land here.
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(5)
+            && testkit::logs::Stats::read().map(|s| !s.proc(pid).is_empty()).unwrap_or(false)
+        {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        if let Some(k) = self.kmsg.as_mut() {
+            let splats = kmsg::splats(&k.read_new());
+            failures.splice(0..0, splats);
+        }
+        let traces = self.kcov.iter().map(|k| k.pcs().into_iter().filter(|&pc| self.in_driver(pc)).collect()).collect();
+        self.execs += 1;
+        self.ops += seq.len() as u64;
+        Exec { traces, failures }
+    }
+
+    /// Adds the coverage of `e`; true if it reached an edge never seen before.
+    fn absorb(&mut self, e: &Exec) -> bool {
+        let mut new = false;
+        for tr in &e.traces {
+            let mut prev = 0u64;
+            for &pc in tr {
+                new |= self.edges.insert(mix(prev) ^ pc);
+                if self.pcs.insert(pc) {
+                    if let Some(f) = self.syms.function_of(pc) {
+                        self.functions.insert(f);
+                    }
+                }
+                prev = pc;
+            }
+        }
+        new
+    }
+
+    fn random_seq(&mut self) -> Vec<u64> {
+        let n = self.rng.range(4, 17) as usize;
+        (0..n).map(|_| self.rng.next_u64()).collect()
+    }
+
+    fn mutate(&mut self) -> Vec<u64> {
+        let mut s = self.rng.pick(&self.corpus).clone();
+        for _ in 0..self.rng.range(1, 4) {
+            let n = s.len();
+            match self.rng.below(6) {
+                0 if n < MAX_LEN => {
+                    let at = self.rng.below(n as u64 + 1) as usize;
+                    s.insert(at, self.rng.next_u64());
+                }
+                1 if n > 1 => {
+                    s.remove(self.rng.below(n as u64) as usize);
+                }
+                2 if n > 0 => {
+                    let at = self.rng.below(n as u64) as usize;
+                    s[at] = self.rng.next_u64();
+                }
+                // The same op again later: the same command kinds, handles and cookies.
+                3 | 4 if n > 0 && n < MAX_LEN => {
+                    let from = self.rng.below(n as u64) as usize;
+                    let at = self.rng.range(from as u64 + 1, n as u64 + 1) as usize;
+                    s.insert(at, s[from]);
+                }
+                _ => {
+                    let other = self.rng.pick(&self.corpus).clone();
+                    let cut = self.rng.below(s.len() as u64 + 1) as usize;
+                    let from = self.rng.below(other.len() as u64 + 1) as usize;
+                    s.truncate(cut);
+                    s.extend_from_slice(&other[from..]);
+                    s.truncate(MAX_LEN);
+                }
+            }
+        }
+        if s.is_empty() {
+            s.push(self.rng.next_u64());
+        }
+        s
+    }
+
+    fn sample(&mut self) {
+        self.timeline.push(json!({
+            "t_s": (self.t0.elapsed().as_secs_f64() * 10.0).round() / 10.0,
+            "execs": self.execs, "ops": self.ops, "edges": self.edges.len(),
+            "pcs": self.pcs.len(), "functions": self.functions.len(), "corpus": self.corpus.len(),
+        }));
+    }
+
+    /// Drops ops while the same failure comes back; the shortest sequence found.
+    fn minimise(&mut self, seq: &[u64], sig: &str) -> (Vec<u64>, bool) {
+        let again = self.exec(seq).signature().as_deref() == Some(sig);
+        if !again {
+            return (seq.to_vec(), false);
+        }
+        let mut cur = seq.to_vec();
+        let mut runs = 0;
+        // Later ops first: a failure's cause usually ends the sequence.
+        let mut i = cur.len();
+        while i > 0 && runs < MINIMISE_RUNS {
+            i -= 1;
+            let mut cand = cur.clone();
+            cand.remove(i);
+            runs += 1;
+            if !cand.is_empty() && self.exec(&cand).signature().as_deref() == Some(sig) {
+                cur = cand;
+            }
+        }
+        (cur, true)
+    }
+}
+
+fn hex_seq(seq: &[u64]) -> Vec<String> {
+    seq.iter().map(|s| format!("{s:#x}")).collect()
+}
+
+fn write_json(path: &Path, v: &Value) {
+    if let Err(e) = std::fs::write(path, serde_json::to_string_pretty(v).unwrap_or_default() + "\n") {
+        eprintln!("binder-fuzz: cannot write {}: {e}", path.display());
+    }
+}
+
+/// Runs the guided or random loop, or a replay; the process's exit code.
+pub fn run(cfg: &Config, shm: &'static Shm) -> i32 {
+    let _ = std::fs::create_dir_all(&cfg.out);
+    let kcov: Vec<Kcov> = if cfg.text.is_empty() {
+        vec![]
+    } else {
+        match (0..cfg.threads).map(|_| Kcov::open(KCOV_WORDS)).collect() {
+            Ok(v) => v,
+            Err(e) => {
+                let msg = format!(
+                    "cannot set up KCOV (/sys/kernel/debug/kcov: {e}); boot a kernel with CONFIG_KCOV, e.g. --flavor fuzz"
+                );
+                report("coverage", Status::Fail, 0.0, Some(msg), json!({}));
+                return 1;
+            }
+        }
+    };
+    if cfg.text.is_empty() && cfg.mode != Mode::Replay {
+        let msg = "no driver text ranges (binder_fuzz.text=START-END,...): run it through `cargo make fuzz --guided`, \
+                   which takes them from the flavor's System.map";
+        report("coverage", Status::Fail, 0.0, Some(msg.into()), json!({}));
+        return 1;
+    }
+    let mut f = Fuzzer {
+        cfg,
+        shm,
+        kcov,
+        kmsg: Kmsg::open_at_end().ok(),
+        text: cfg.text.clone(),
+        rng: Rng::new(cfg.seed),
+        corpus: vec![],
+        edges: HashSet::new(),
+        pcs: HashSet::new(),
+        functions: BTreeSet::new(),
+        syms: Symbols::load(&cfg.text),
+        execs: 0,
+        ops: 0,
+        t0: Instant::now(),
+        timeline: vec![],
+    };
+    kmsg::mark(&format!("binder-fuzz: {} mode, seed {:#x}", cfg.mode.name(), cfg.seed));
+    if cfg.mode == Mode::Replay {
+        let e = f.exec(&cfg.replay);
+        let ok = e.failures.is_empty();
+        report(
+            "replay",
+            if ok { Status::Pass } else { Status::Fail },
+            f.t0.elapsed().as_secs_f64() * 1000.0,
+            (!ok).then(|| format!("the sequence reproduces: {}", e.failures.join(" | "))),
+            json!({"seq": hex_seq(&cfg.replay), "threads": cfg.threads, "failures": e.failures}),
+        );
+        return if ok { 0 } else { 1 };
+    }
+    let mut failure: Option<(Vec<u64>, Vec<String>)> = None;
+    let mut last_sample = Instant::now();
+    f.sample();
+    while f.ops < cfg.ops && f.t0.elapsed().as_secs_f64() < cfg.seconds {
+        let seq = if cfg.mode == Mode::Guided && !f.corpus.is_empty() && !f.rng.chance(1, 10) {
+            f.mutate()
+        } else {
+            f.random_seq()
+        };
+        let e = f.exec(&seq);
+        if f.absorb(&e) && cfg.mode == Mode::Guided {
+            f.corpus.push(seq.clone());
+        }
+        if !e.failures.is_empty() {
+            failure = Some((seq, e.failures));
+            break;
+        }
+        if last_sample.elapsed() > Duration::from_secs(10) {
+            last_sample = Instant::now();
+            f.sample();
+            eprintln!(
+                "binder-fuzz: {} {} execs, {} ops, {} edges, {} functions after {:.0} s",
+                cfg.mode.name(),
+                f.execs,
+                f.ops,
+                f.edges.len(),
+                f.functions.len(),
+                f.t0.elapsed().as_secs_f64()
+            );
+        }
+    }
+    f.sample();
+    let elapsed = f.t0.elapsed();
+    let (execs_fuzz, ops_fuzz) = (f.execs, f.ops);
+    let never: Vec<String> =
+        (0..f.syms.names.len()).filter(|i| !f.functions.contains(i)).map(|i| f.syms.name(i)).collect();
+    let summary = json!({
+        "mode": cfg.mode.name(), "seed": format!("{:#x}", cfg.seed), "threads": cfg.threads,
+        "execs": execs_fuzz, "ops": ops_fuzz, "target_ops": cfg.ops, "elapsed_s": (elapsed.as_secs_f64() * 10.0).round() / 10.0,
+        "edges": f.edges.len(), "pcs": f.pcs.len(), "functions": f.functions.len(),
+        "functions_total": f.syms.names.len(), "functions_never": never.len(), "corpus": f.corpus.len(),
+        "text": f.text.iter().map(|(a, b)| format!("{a:#x}-{b:#x}")).collect::<Vec<_>>(),
+    });
+    let mut cov = summary.clone();
+    cov["timeline"] = json!(f.timeline);
+    cov["never_reached"] = json!(never);
+    write_json(&cfg.out.join("coverage.json"), &cov);
+    report("coverage", Status::Pass, elapsed.as_secs_f64() * 1000.0, None, summary);
+
+    let Some((seq, failures)) = failure else {
+        report("fuzz", Status::Pass, elapsed.as_secs_f64() * 1000.0, None, json!({"failures": 0}));
+        return 0;
+    };
+    let sig = signature(&failures[0]);
+    let crash = cfg.out.join("crash-1.json");
+    write_json(&crash, &json!({"seq": hex_seq(&seq), "threads": cfg.threads, "failures": failures}));
+    let (min, reproduced) = f.minimise(&seq, &sig);
+    let repro = cfg.out.join("repro-1.json");
+    write_json(
+        &repro,
+        &json!({
+            "format": "binder-fuzz-repro/1", "seq": hex_seq(&min), "threads": cfg.threads,
+            "signature": sig, "failure": failures[0], "found_after": {"execs": execs_fuzz, "ops": ops_fuzz,
+            "seconds": (elapsed.as_secs_f64() * 10.0).round() / 10.0}, "original_len": seq.len(),
+            "reproduced": reproduced,
+        }),
+    );
+    report(
+        "fuzz",
+        Status::Fail,
+        elapsed.as_secs_f64() * 1000.0,
+        Some(format!(
+            "{} after {execs_fuzz} sequences ({ops_fuzz} ops); minimised from {} to {} ops{} in {} (collected into the \
+             run directory); replay: cargo make fuzz --replay RUN_DIR/collect/fuzz{}",
+            failures[0],
+            seq.len(),
+            min.len(),
+            if reproduced { "" } else { " (did not come back on a second run: not minimised)" },
+            repro.display(),
+            repro.display()
+        )),
+        json!({"seq": hex_seq(&min), "signature": sig, "failures": failures, "reproduced": reproduced}),
+    );
+    1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_sequences_and_signatures() {
+        assert_eq!(parse_ranges("0x10-0x20,30-40"), Some(vec![(0x10, 0x20), (0x30, 0x40)]));
+        assert_eq!(parse_ranges("0x20-0x10"), None);
+        assert_eq!(parse_seq("0x1,ff"), Some(vec![1, 0xff]));
+        assert_eq!(
+            signature("warning: WARNING: CPU: 1 PID: 77 at drivers/android/binder/freeze.rs:109 do_work+0x1/0x2"),
+            "warning at drivers/android/binder/freeze.rs:109"
+        );
+    }
+}
