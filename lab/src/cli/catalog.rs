@@ -130,7 +130,19 @@ mod tests {
         let names = |k| entries(k).into_iter().map(|e| e.name).collect::<Vec<_>>();
         assert_eq!(
             names(Kind::Flavors),
-            ["cbinder", "debug", "perf", "cbinder-debug", "cbinder-spin", "cbinder-spin-debug", "phone", "phone-debug"]
+            [
+                "cbinder",
+                "debug",
+                "kcov",
+                "perf",
+                "cbinder-debug",
+                "cbinder-spin",
+                "cbinder-spin-debug",
+                "fuzz",
+                "fuzz-planted",
+                "phone",
+                "phone-debug"
+            ]
         );
         assert!(names(Kind::Boards).contains(&"sa8155p".to_string()));
         let plans = names(Kind::Plans);

@@ -67,7 +67,18 @@ pub fn case_list() -> String {
 
 /// Runs a plan and prints the per-case table (with the run's summary below it).
 pub fn suite(args: &RunArgs, default_plan: &str, sel: &CaseArgs) -> Result<Exit> {
-    let opts = args.opts(default_plan)?;
+    suite_with(args, args.opts(default_plan)?, default_plan, sel, &[])
+}
+
+/// [`suite`] with options already made (`lab fuzz --guided` adds to them); `extra` are the
+/// command's own arguments, for the reproducer line.
+pub fn suite_with(
+    args: &RunArgs,
+    opts: crate::harness::opts::RunOpts,
+    default_plan: &str,
+    sel: &CaseArgs,
+    extra: &[String],
+) -> Result<Exit> {
     let plan = adhoc::select_cases(&crate::harness::opts::load_plan(&opts.plan)?, &sel.cases, &sel.skip)?;
     let o = report::run_plan_and_report(&plan, &opts)?;
     print!("{}", report::case_table(&o));
@@ -84,13 +95,13 @@ pub fn suite(args: &RunArgs, default_plan: &str, sel: &CaseArgs) -> Result<Exit>
         }
     }
     if !o.ok() {
-        let task = if default_plan == "fuzz" { "fuzz" } else { "conformance" };
+        let task = if default_plan.starts_with("fuzz") { "fuzz" } else { "conformance" };
         let failed = adhoc::failed_cases(&o);
         for case in &failed {
             println!("reproduce {case}: {}", args.reproducer(task, &["--case".into(), case.clone()]));
         }
         if failed.is_empty() {
-            println!("reproduce: {}", args.reproducer(task, &sel.cli_args()));
+            println!("reproduce: {}", args.reproducer(task, &[extra, &sel.cli_args()].concat()));
         }
     }
     Ok(o.exit())

@@ -63,6 +63,8 @@ pub struct Config {
     pub out: PathBuf,
     /// A worker still running after this long is a hang.
     pub hang_s: f64,
+    /// The kernel flavor (from the lab), written into saved sequences.
+    pub flavor: String,
 }
 
 /// Parses `0xSTART-0xEND,...`.
@@ -79,7 +81,10 @@ pub fn parse_ranges(s: &str) -> Option<Vec<(u64, u64)>> {
 
 /// Parses `0x1,0x2,...` (a replayed sequence).
 pub fn parse_seq(s: &str) -> Option<Vec<u64>> {
-    s.split(',').filter(|p| !p.is_empty()).map(|p| u64::from_str_radix(p.trim().trim_start_matches("0x"), 16).ok()).collect()
+    s.split(',')
+        .filter(|p| !p.is_empty())
+        .map(|p| u64::from_str_radix(p.trim().trim_start_matches("0x"), 16).ok())
+        .collect()
 }
 
 /// Driver functions from /proc/kallsyms inside the text ranges, sorted by address.
@@ -440,13 +445,16 @@ pub fn run(cfg: &Config, shm: &'static Shm) -> i32 {
     };
     let sig = signature(&failures[0]);
     let crash = cfg.out.join("crash-1.json");
-    write_json(&crash, &json!({"seq": hex_seq(&seq), "threads": cfg.threads, "failures": failures}));
+    write_json(
+        &crash,
+        &json!({"seq": hex_seq(&seq), "threads": cfg.threads, "flavor": cfg.flavor, "failures": failures}),
+    );
     let (min, reproduced) = f.minimise(&seq, &sig);
     let repro = cfg.out.join("repro-1.json");
     write_json(
         &repro,
         &json!({
-            "format": "binder-fuzz-repro/1", "seq": hex_seq(&min), "threads": cfg.threads,
+            "format": "binder-fuzz-repro/1", "seq": hex_seq(&min), "threads": cfg.threads, "flavor": cfg.flavor,
             "signature": sig, "failure": failures[0], "found_after": {"execs": execs_fuzz, "ops": ops_fuzz,
             "seconds": (elapsed.as_secs_f64() * 10.0).round() / 10.0}, "original_len": seq.len(),
             "reproduced": reproduced,

@@ -61,6 +61,8 @@ struct Config {
     text: String,
     /// A sequence to replay (`0xSEED,...`).
     replay: String,
+    /// The kernel flavor, recorded in saved sequences for their replay.
+    flavor: String,
 }
 
 fn parse_num(s: &str) -> Option<u64> {
@@ -95,6 +97,7 @@ fn set(cfg: &mut Config, key: &str, val: &str) -> bool {
         "mode" => usage(),
         "text" => cfg.text = val.to_string(),
         "replay" => cfg.replay = val.to_string(),
+        "flavor" => cfg.flavor = val.to_string(),
         _ => return false,
     }
     true
@@ -127,6 +130,7 @@ fn config() -> Config {
         mode: "classic".into(),
         text: String::new(),
         replay: String::new(),
+        flavor: String::new(),
     };
     for k in ["ops", "seconds", "seed", "procs", "threads", "binder_fds", "shrink_ms", "mode", "text", "replay"] {
         if let Ok(v) = std::env::var(format!("BINDER_FUZZ_{}", k.to_uppercase())) {
@@ -458,6 +462,7 @@ fn main_guided(cfg: &Config) -> ! {
         text,
         replay,
         out: "/tmp/binder-fuzz".into(),
+        flavor: cfg.flavor.clone(),
         hang_s: cfg.hang_s,
     };
     eprintln!(

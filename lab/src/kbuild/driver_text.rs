@@ -1,0 +1,125 @@
+//! The binder driver's text in a built kernel, for KCOV filtering (`lab fuzz --guided`):
+//! the functions its object files define (`llvm-nm`), placed by the build's System.map, as
+//! address ranges. A range ends where the next System.map symbol that is not the driver's
+//! starts, so the driver's last function is whole.
+
+use crate::provision::toolchain::LLVM_SUFFIX;
+use anyhow::{bail, Context, Result};
+use std::collections::HashSet;
+use std::path::Path;
+
+/// The driver's objects below the O= directory: the Rust driver's, or the C driver's.
+pub fn objects(obj: &Path, config: &str) -> Vec<std::path::PathBuf> {
+    if config.lines().any(|l| l == "CONFIG_ANDROID_BINDER_IPC_RUST=y") {
+        let dir = obj.join("drivers/android/binder");
+        let mut v: Vec<_> = std::fs::read_dir(&dir)
+            .map(|rd| rd.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "o")).collect())
+            .unwrap_or_default();
+        v.sort();
+        v
+    } else {
+        ["binder.o", "binder_alloc.o", "binderfs.o"].iter().map(|f| obj.join("drivers/android").join(f)).collect()
+    }
+}
+
+/// Names of the text symbols an `nm --defined-only` listing defines.
+pub fn defined_text(nm: &str) -> HashSet<String> {
+    nm.lines()
+        .filter_map(|l| {
+            let mut it = l.split_whitespace();
+            let (_addr, ty, name) = (it.next()?, it.next()?, it.next()?);
+            matches!(ty, "t" | "T").then(|| name.to_string())
+        })
+        .collect()
+}
+
+/// Address ranges [start, end) of the System.map text symbols named in `names`.
+pub fn ranges(system_map: &str, names: &HashSet<String>) -> Vec<(u64, u64)> {
+    let mut syms: Vec<(u64, bool)> = system_map
+        .lines()
+        .filter_map(|l| {
+            let mut it = l.split_whitespace();
+            let addr = u64::from_str_radix(it.next()?, 16).ok()?;
+            let ty = it.next()?;
+            let name = it.next()?;
+            matches!(ty, "t" | "T").then(|| (addr, names.contains(name)))
+        })
+        .collect();
+    syms.sort();
+    // An address is the driver's if any symbol there is (aliases share addresses).
+    syms.dedup_by(|b, a| {
+        let same = a.0 == b.0;
+        a.1 |= same && b.1;
+        same
+    });
+    let mut out: Vec<(u64, u64)> = vec![];
+    let mut start = None;
+    for (addr, ours) in syms {
+        match (ours, start) {
+            (true, None) => start = Some(addr),
+            (false, Some(s)) => {
+                out.push((s, addr));
+                start = None;
+            }
+            _ => {}
+        }
+    }
+    if let Some(s) = start {
+        // The last symbol of the map: give it a page (no next symbol bounds it).
+        out.push((s, s + 4096));
+    }
+    out
+}
+
+/// The driver's text ranges of a build: System.map in `dir`, objects in `obj` (its O= dir).
+pub fn for_build(dir: &Path, obj: &Path) -> Result<Vec<(u64, u64)>> {
+    let config = std::fs::read_to_string(obj.join(".config"))
+        .with_context(|| format!("reading {}/.config (the kernel's build directory)", obj.display()))?;
+    if !config.lines().any(|l| l == "CONFIG_KCOV=y") {
+        bail!("this kernel has no CONFIG_KCOV: coverage-guided fuzzing needs a KCOV flavor, e.g. --flavor fuzz");
+    }
+    let objs = objects(obj, &config);
+    let mut names = HashSet::new();
+    for o in &objs {
+        let out = std::process::Command::new(format!("llvm-nm{LLVM_SUFFIX}"))
+            .arg("--defined-only")
+            .arg(o)
+            .output()
+            .with_context(|| format!("running llvm-nm{LLVM_SUFFIX} (`lab setup` installs llvm-19)"))?;
+        if !out.status.success() {
+            bail!(
+                "llvm-nm{LLVM_SUFFIX} {}: {}; rebuild the kernel (`lab kernel --flavor ...`) so its objects exist",
+                o.display(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        names.extend(defined_text(&String::from_utf8_lossy(&out.stdout)));
+    }
+    let map = std::fs::read_to_string(dir.join("System.map"))
+        .with_context(|| format!("reading {}/System.map", dir.display()))?;
+    let r = ranges(&map, &names);
+    if r.is_empty() {
+        bail!("no binder driver function of {} is in {}/System.map", obj.display(), dir.display());
+    }
+    Ok(r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_cover_runs_of_driver_functions_up_to_the_next_symbol() {
+        let map = "ffff000000001000 T other\nffff000000002000 t _RNvCs1_11rust_binder3foo\n\
+                   ffff000000002040 T rust_binder_bar\nffff000000002040 T alias_of_bar\n\
+                   ffff000000002100 d some_data\nffff000000002200 T other2\nffff000000003000 t binderfs_x\n";
+        let names = defined_text(
+            "0000 t _RNvCs1_11rust_binder3foo\n0040 T rust_binder_bar\n         U printk\n0000 t binderfs_x\n",
+        );
+        assert_eq!(names.len(), 3);
+        assert_eq!(
+            ranges(map, &names),
+            [(0xffff000000002000, 0xffff000000002200), (0xffff000000003000, 0xffff000000004000)]
+        );
+    }
+}
