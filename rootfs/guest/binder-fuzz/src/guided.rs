@@ -26,8 +26,8 @@ use std::time::{Duration, Instant};
 use testkit::kmsg::{self, Kmsg};
 use testkit::rng::{mix, Rng};
 
-/// KCOV buffer per thread in words (2 MiB): a sequence's whole-kernel trace fits.
-const KCOV_WORDS: usize = 256 * 1024;
+/// KCOV buffer per thread in words (8 MiB): a long sequence's whole-kernel trace fits.
+const KCOV_WORDS: usize = 1024 * 1024;
 /// Longest sequence a mutation makes.
 const MAX_LEN: usize = 48;
 /// Runs spent minimising one failure.
