@@ -19,7 +19,9 @@ fn lab_fuzz(args: &[&str]) -> (bool, String, PathBuf) {
     let dir = stdout
         .lines()
         .find_map(|l| Some(l.split_once("reports: ")?.1.split_once("/junit.xml")?.0.to_string()))
-        .unwrap_or_else(|| panic!("no run directory in the output:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr)));
+        .unwrap_or_else(|| {
+            panic!("no run directory in the output:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr))
+        });
     (out.status.success(), stdout, PathBuf::from(dir))
 }
 
@@ -48,7 +50,9 @@ fn guided_run_reports_driver_coverage() {
     assert!(n("functions") > 20 && n("functions") < n("functions_total"), "{cov}");
     let never = cov["never_reached"].as_array().unwrap();
     assert_eq!(never.len() as u64, n("functions_never"));
-    assert!(never.iter().all(|f| f.as_str().unwrap().contains("rust_binder") || f.as_str().unwrap().contains("binder")));
+    assert!(never
+        .iter()
+        .all(|f| f.as_str().unwrap().contains("rust_binder") || f.as_str().unwrap().contains("binder")));
     assert!(cov["timeline"].as_array().unwrap().len() >= 2, "{cov}");
 }
 

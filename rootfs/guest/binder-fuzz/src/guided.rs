@@ -9,9 +9,10 @@
 //! are mutations of corpus entries (insert, drop, replace, duplicate an op, splice two).
 //! `random` runs the same loop and budget but never draws from the corpus.
 //!
-//! A sequence after which the kernel logged a splat (or whose worker crashed or hung) is
-//! written to `out/crash-N.json`, minimised (ops dropped while the same splat comes back)
-//! into `out/repro-N.json`, and the run stops; `cargo make fuzz --replay FILE` boots with
+//! A sequence after which the kernel logged a splat (or whose worker crashed or hung) stops
+//! the run (with `keep_going`, the budget is spent and each new signature kept); it is then
+//! written to `out/crash-N.json` and minimised (ops dropped while the same splat comes back)
+//! into `out/repro-N.json`; `cargo make fuzz --replay FILE` boots with
 //! that sequence. Coverage over time and the functions never reached go to
 //! `out/coverage.json`.
 
@@ -32,6 +33,8 @@ const KCOV_WORDS: usize = 1024 * 1024;
 const MAX_LEN: usize = 48;
 /// Runs spent minimising one failure.
 const MINIMISE_RUNS: usize = 120;
+/// Distinct failures one run saves (with `keep_going`).
+const MAX_FAILURES: usize = 4;
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -65,6 +68,8 @@ pub struct Config {
     pub hang_s: f64,
     /// The kernel flavor (from the lab), written into saved sequences.
     pub flavor: String,
+    /// Go on after a failure until the budget is spent (a new signature is saved too).
+    pub keep_going: bool,
 }
 
 /// Parses `0xSTART-0xEND,...`.
@@ -390,7 +395,8 @@ pub fn run(cfg: &Config, shm: &'static Shm) -> i32 {
         );
         return if ok { 0 } else { 1 };
     }
-    let mut failure: Option<(Vec<u64>, Vec<String>)> = None;
+    // The first failing sequence of each signature, and when it was found.
+    let mut found: Vec<Found> = vec![];
     let mut last_sample = Instant::now();
     f.sample();
     while f.ops < cfg.ops && f.t0.elapsed().as_secs_f64() < cfg.seconds {
@@ -403,9 +409,20 @@ pub fn run(cfg: &Config, shm: &'static Shm) -> i32 {
         if f.absorb(&e) && cfg.mode == Mode::Guided {
             f.corpus.push(seq.clone());
         }
-        if !e.failures.is_empty() {
-            failure = Some((seq, e.failures));
-            break;
+        if let Some(sig) = e.signature() {
+            if !found.iter().any(|x| x.sig == sig) {
+                eprintln!("binder-fuzz: failure after {} sequences: {}", f.execs, e.failures[0]);
+                found.push(Found {
+                    sig,
+                    seq,
+                    failures: e.failures,
+                    after: json!({"execs": f.execs, "ops": f.ops,
+                                  "seconds": (f.t0.elapsed().as_secs_f64() * 10.0).round() / 10.0}),
+                });
+            }
+            if !cfg.keep_going || found.len() >= MAX_FAILURES {
+                break;
+            }
         }
         if last_sample.elapsed() > Duration::from_secs(10) {
             last_sample = Instant::now();
@@ -423,14 +440,14 @@ pub fn run(cfg: &Config, shm: &'static Shm) -> i32 {
     }
     f.sample();
     let elapsed = f.t0.elapsed();
-    let (execs_fuzz, ops_fuzz) = (f.execs, f.ops);
     let never: Vec<String> =
         (0..f.syms.names.len()).filter(|i| !f.functions.contains(i)).map(|i| f.syms.name(i)).collect();
     let summary = json!({
         "mode": cfg.mode.name(), "seed": format!("{:#x}", cfg.seed), "threads": cfg.threads,
-        "execs": execs_fuzz, "ops": ops_fuzz, "target_ops": cfg.ops, "elapsed_s": (elapsed.as_secs_f64() * 10.0).round() / 10.0,
+        "execs": f.execs, "ops": f.ops, "target_ops": cfg.ops, "elapsed_s": (elapsed.as_secs_f64() * 10.0).round() / 10.0,
         "edges": f.edges.len(), "pcs": f.pcs.len(), "functions": f.functions.len(),
         "functions_total": f.syms.names.len(), "functions_never": never.len(), "corpus": f.corpus.len(),
+        "failures_found": found.iter().map(|x| json!({"signature": x.sig, "after": x.after})).collect::<Vec<_>>(),
         "text": f.text.iter().map(|(a, b)| format!("{a:#x}-{b:#x}")).collect::<Vec<_>>(),
     });
     let mut cov = summary.clone();
@@ -439,44 +456,52 @@ pub fn run(cfg: &Config, shm: &'static Shm) -> i32 {
     write_json(&cfg.out.join("coverage.json"), &cov);
     report("coverage", Status::Pass, elapsed.as_secs_f64() * 1000.0, None, summary);
 
-    let Some((seq, failures)) = failure else {
+    if found.is_empty() {
         report("fuzz", Status::Pass, elapsed.as_secs_f64() * 1000.0, None, json!({"failures": 0}));
         return 0;
-    };
-    let sig = signature(&failures[0]);
-    let crash = cfg.out.join("crash-1.json");
-    write_json(
-        &crash,
-        &json!({"seq": hex_seq(&seq), "threads": cfg.threads, "flavor": cfg.flavor, "failures": failures}),
-    );
-    let (min, reproduced) = f.minimise(&seq, &sig);
-    let repro = cfg.out.join("repro-1.json");
-    write_json(
-        &repro,
-        &json!({
-            "format": "binder-fuzz-repro/1", "seq": hex_seq(&min), "threads": cfg.threads, "flavor": cfg.flavor,
-            "signature": sig, "failure": failures[0], "found_after": {"execs": execs_fuzz, "ops": ops_fuzz,
-            "seconds": (elapsed.as_secs_f64() * 10.0).round() / 10.0}, "original_len": seq.len(),
-            "reproduced": reproduced,
-        }),
-    );
-    report(
-        "fuzz",
-        Status::Fail,
-        elapsed.as_secs_f64() * 1000.0,
-        Some(format!(
-            "{} after {execs_fuzz} sequences ({ops_fuzz} ops); minimised from {} to {} ops{} in {} (collected into the \
-             run directory); replay: cargo make fuzz --replay RUN_DIR/collect/fuzz{}",
-            failures[0],
-            seq.len(),
+    }
+    // Minimised after the budget, so that it does not count as fuzzing time.
+    let mut lines = vec![];
+    let mut saved = vec![];
+    for (n, x) in found.iter().enumerate() {
+        let crash = cfg.out.join(format!("crash-{}.json", n + 1));
+        write_json(
+            &crash,
+            &json!({"seq": hex_seq(&x.seq), "threads": cfg.threads, "flavor": cfg.flavor, "failures": x.failures}),
+        );
+        let (min, reproduced) = f.minimise(&x.seq, &x.sig);
+        let repro = cfg.out.join(format!("repro-{}.json", n + 1));
+        write_json(
+            &repro,
+            &json!({
+                "format": "binder-fuzz-repro/1", "seq": hex_seq(&min), "threads": cfg.threads, "flavor": cfg.flavor,
+                "signature": x.sig, "failure": x.failures[0], "found_after": x.after, "original_len": x.seq.len(),
+                "reproduced": reproduced,
+            }),
+        );
+        lines.push(format!(
+            "{} after {} sequences; minimised from {} to {} ops{}; replay: cargo make fuzz --replay \
+             RUN_DIR/collect/fuzz{}",
+            x.failures[0],
+            x.after["execs"],
+            x.seq.len(),
             min.len(),
             if reproduced { "" } else { " (did not come back on a second run: not minimised)" },
-            repro.display(),
             repro.display()
-        )),
-        json!({"seq": hex_seq(&min), "signature": sig, "failures": failures, "reproduced": reproduced}),
-    );
+        ));
+        saved.push(json!({"seq": hex_seq(&min), "signature": x.sig, "reproduced": reproduced,
+                          "file": repro.display().to_string()}));
+    }
+    report("fuzz", Status::Fail, elapsed.as_secs_f64() * 1000.0, Some(lines.join(" | ")), json!({"found": saved}));
     1
+}
+
+/// A failure the loop found: the first sequence with that signature.
+struct Found {
+    sig: String,
+    seq: Vec<u64>,
+    failures: Vec<String>,
+    after: Value,
 }
 
 #[cfg(test)]

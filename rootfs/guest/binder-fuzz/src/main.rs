@@ -63,6 +63,8 @@ struct Config {
     replay: String,
     /// The kernel flavor, recorded in saved sequences for their replay.
     flavor: String,
+    /// Guided/random: go on after a failure until the budget is spent.
+    keep_going: bool,
 }
 
 fn parse_num(s: &str) -> Option<u64> {
@@ -77,7 +79,7 @@ fn usage() -> ! {
     eprintln!(
         "usage: binder-fuzz [--ops N] [--seconds S] [--seed N] [--procs N] [--threads N] [--binder-fds 0|1] \
          [--chaos-seconds S] [--shrink-ms N] [--device PATH] [--mode classic|guided|random] \
-         [--text 0xSTART-0xEND,...] [--replay 0xSEED,...]"
+         [--text 0xSTART-0xEND,...] [--replay 0xSEED,...] [--keep-going 0|1]"
     );
     std::process::exit(2);
 }
@@ -98,6 +100,7 @@ fn set(cfg: &mut Config, key: &str, val: &str) -> bool {
         "text" => cfg.text = val.to_string(),
         "replay" => cfg.replay = val.to_string(),
         "flavor" => cfg.flavor = val.to_string(),
+        "keep_going" | "keep-going" => cfg.keep_going = parse_num(val).unwrap_or_else(|| usage()) != 0,
         _ => return false,
     }
     true
@@ -131,8 +134,21 @@ fn config() -> Config {
         text: String::new(),
         replay: String::new(),
         flavor: String::new(),
+        keep_going: false,
     };
-    for k in ["ops", "seconds", "seed", "procs", "threads", "binder_fds", "shrink_ms", "mode", "text", "replay"] {
+    for k in [
+        "ops",
+        "seconds",
+        "seed",
+        "procs",
+        "threads",
+        "binder_fds",
+        "shrink_ms",
+        "mode",
+        "text",
+        "replay",
+        "keep_going",
+    ] {
         if let Ok(v) = std::env::var(format!("BINDER_FUZZ_{}", k.to_uppercase())) {
             set(&mut cfg, k, &v);
         }
@@ -463,6 +479,7 @@ fn main_guided(cfg: &Config) -> ! {
         replay,
         out: "/tmp/binder-fuzz".into(),
         flavor: cfg.flavor.clone(),
+        keep_going: cfg.keep_going,
         hang_s: cfg.hang_s,
     };
     eprintln!(
