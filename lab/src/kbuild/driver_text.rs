@@ -33,38 +33,46 @@ pub fn defined_text(nm: &str) -> HashSet<String> {
         .collect()
 }
 
-/// Address ranges [start, end) of the System.map text symbols named in `names`.
+/// Address ranges [start, end) of the System.map text symbols named in `names`. A name can
+/// also be another object's (KASAN's `asan.module_ctor`, a generic instantiated in the
+/// `kernel` crate too): a run counts only if it holds a name System.map has once.
 pub fn ranges(system_map: &str, names: &HashSet<String>) -> Vec<(u64, u64)> {
-    let mut syms: Vec<(u64, bool)> = system_map
+    let syms: Vec<(u64, &str)> = system_map
         .lines()
         .filter_map(|l| {
             let mut it = l.split_whitespace();
             let addr = u64::from_str_radix(it.next()?, 16).ok()?;
             let ty = it.next()?;
             let name = it.next()?;
-            matches!(ty, "t" | "T").then(|| (addr, names.contains(name)))
+            matches!(ty, "t" | "T").then_some((addr, name))
         })
         .collect();
-    syms.sort();
-    // An address is the driver's if any symbol there is (aliases share addresses).
-    syms.dedup_by(|b, a| {
-        let same = a.0 == b.0;
-        a.1 |= same && b.1;
-        same
-    });
-    let mut out: Vec<(u64, u64)> = vec![];
-    let mut start = None;
-    for (addr, ours) in syms {
-        match (ours, start) {
-            (true, None) => start = Some(addr),
-            (false, Some(s)) => {
-                out.push((s, addr));
-                start = None;
-            }
-            _ => {}
-        }
+    let mut count: std::collections::HashMap<&str, u32> = std::collections::HashMap::new();
+    for (_, n) in &syms {
+        *count.entry(n).or_default() += 1;
     }
-    if let Some(s) = start {
+    // Per address (aliases share one): (the driver's, a unique driver name).
+    let mut at: std::collections::BTreeMap<u64, (bool, bool)> = std::collections::BTreeMap::new();
+    for (a, n) in &syms {
+        let ours = names.contains(*n);
+        let e = at.entry(*a).or_default();
+        e.0 |= ours;
+        e.1 |= ours && count[n] == 1;
+    }
+    let mut out: Vec<(u64, u64)> = vec![];
+    let mut run: Option<(u64, bool)> = None;
+    for (addr, (ours, unique)) in at {
+        run = match (ours, run) {
+            (true, None) => Some((addr, unique)),
+            (true, Some((s, u))) => Some((s, u || unique)),
+            (false, Some((s, true))) => {
+                out.push((s, addr));
+                None
+            }
+            (false, _) => None,
+        };
+    }
+    if let Some((s, true)) = run {
         // The last symbol of the map: give it a page (no next symbol bounds it).
         out.push((s, s + 4096));
     }
@@ -110,13 +118,16 @@ mod tests {
 
     #[test]
     fn ranges_cover_runs_of_driver_functions_up_to_the_next_symbol() {
-        let map = "ffff000000001000 T other\nffff000000002000 t _RNvCs1_11rust_binder3foo\n\
-                   ffff000000002040 T rust_binder_bar\nffff000000002040 T alias_of_bar\n\
-                   ffff000000002100 d some_data\nffff000000002200 T other2\nffff000000003000 t binderfs_x\n";
+        let map = "ffff000000000800 t asan.module_ctor\nffff000000001000 T other\n\
+                   ffff000000002000 t _RNvCs1_11rust_binder3foo\nffff000000002040 T rust_binder_bar\n\
+                   ffff000000002040 T alias_of_bar\nffff000000002100 d some_data\nffff000000002200 T other2\n\
+                   ffff000000002300 t asan.module_ctor\nffff000000002400 T other3\n\
+                   ffff000000003000 t binderfs_x\n";
         let names = defined_text(
-            "0000 t _RNvCs1_11rust_binder3foo\n0040 T rust_binder_bar\n         U printk\n0000 t binderfs_x\n",
+            "0000 t _RNvCs1_11rust_binder3foo\n0040 T rust_binder_bar\n         U printk\n0000 t binderfs_x\n\
+             0080 t asan.module_ctor\n",
         );
-        assert_eq!(names.len(), 3);
+        assert_eq!(names.len(), 4);
         assert_eq!(
             ranges(map, &names),
             [(0xffff000000002000, 0xffff000000002200), (0xffff000000003000, 0xffff000000004000)]
