@@ -35,6 +35,14 @@ fn result(dir: &Path, case: &str) -> Value {
 }
 
 #[test]
+fn guided_needs_a_kcov_kernel() {
+    let out = lab_tests::lab().args(["fuzz", "--guided", "--flavor", "debug"]).output().expect("lab runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("debug has no CONFIG_KCOV") && err.contains("--flavor fuzz"), "{err}");
+}
+
+#[test]
 fn guided_run_reports_driver_coverage() {
     let (ok, out, dir) =
         lab_fuzz(&["--guided", "--append", "binder_fuzz.ops=300", "--append", "binder_fuzz.seconds=120"]);

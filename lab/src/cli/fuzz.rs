@@ -69,7 +69,7 @@ pub fn command(args: &RunArgs, f: &FuzzArgs) -> Result<Exit> {
     }
     let built = kernel::build_with(&opts.flavor, &opts.kconfig)?;
     let obj = paths::cache().join("kernel/build").join(&built.flavor);
-    let text = driver_text::for_build(&built.dir, &obj)?;
+    let text = driver_text::for_build(&opts.flavor, &built.dir, &obj)?;
     let ranges: Vec<String> = text.iter().map(|(a, b)| format!("{a:#x}-{b:#x}")).collect();
     let mut append =
         vec![format!("binder_fuzz.text={}", ranges.join(",")), format!("binder_fuzz.flavor={}", opts.flavor)];

@@ -79,12 +79,15 @@ pub fn ranges(system_map: &str, names: &HashSet<String>) -> Vec<(u64, u64)> {
     out
 }
 
-/// The driver's text ranges of a build: System.map in `dir`, objects in `obj` (its O= dir).
-pub fn for_build(dir: &Path, obj: &Path) -> Result<Vec<(u64, u64)>> {
+/// The driver's text ranges of a build of `flavor`: System.map in `dir`, objects in `obj`
+/// (its O= dir).
+pub fn for_build(flavor: &str, dir: &Path, obj: &Path) -> Result<Vec<(u64, u64)>> {
     let config = std::fs::read_to_string(obj.join(".config"))
         .with_context(|| format!("reading {}/.config (the kernel's build directory)", obj.display()))?;
     if !config.lines().any(|l| l == "CONFIG_KCOV=y") {
-        bail!("this kernel has no CONFIG_KCOV: coverage-guided fuzzing needs a KCOV flavor, e.g. --flavor fuzz");
+        bail!(
+            "kernel flavor {flavor} has no CONFIG_KCOV: coverage-guided fuzzing needs a KCOV flavor, e.g. --flavor fuzz"
+        );
     }
     let objs = objects(obj, &config);
     let mut names = HashSet::new();

@@ -482,10 +482,14 @@ fn main_guided(cfg: &Config) -> ! {
         keep_going: cfg.keep_going,
         hang_s: cfg.hang_s,
     };
-    eprintln!(
-        "binder-fuzz: {} mode, seed {:#x}, {} ops or {} s, {} threads",
-        cfg.mode, cfg.seed, cfg.ops, cfg.seconds, cfg.threads
-    );
+    if mode == guided::Mode::Replay {
+        eprintln!("binder-fuzz: replaying {} ops on {} threads", g.replay.len(), cfg.threads);
+    } else {
+        eprintln!(
+            "binder-fuzz: {} mode, seed {:#x}, {} ops or {} s, {} threads",
+            cfg.mode, cfg.seed, cfg.ops, cfg.seconds, cfg.threads
+        );
+    }
     std::process::exit(guided::run(&g, Shm::map()))
 }
 
