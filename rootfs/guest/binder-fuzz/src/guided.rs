@@ -259,7 +259,7 @@ impl<'a> Fuzzer<'a> {
     }
 
     fn random_seq(&mut self) -> Vec<u64> {
-        let n = self.rng.range(4, 17) as usize;
+        let n = self.rng.range(4, 16) as usize;
         (0..n).map(|_| self.rng.next_u64()).collect()
     }
 
@@ -282,7 +282,7 @@ impl<'a> Fuzzer<'a> {
                 // The same op again later: the same command kinds, handles and cookies.
                 3 | 4 if n > 0 && n < MAX_LEN => {
                     let from = self.rng.below(n as u64) as usize;
-                    let at = self.rng.range(from as u64 + 1, n as u64 + 1) as usize;
+                    let at = self.rng.range(from as u64 + 1, n as u64) as usize;
                     s.insert(at, s[from]);
                 }
                 _ => {
@@ -507,6 +507,72 @@ struct Found {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    static CFG: std::sync::LazyLock<Config> = std::sync::LazyLock::new(|| Config {
+        mode: Mode::Guided,
+        seed: 1,
+        ops: 0,
+        seconds: 0.0,
+        threads: 2,
+        device: String::new(),
+        text: vec![(0x1000, 0x2000)],
+        replay: vec![],
+        out: PathBuf::new(),
+        hang_s: 1.0,
+        flavor: String::new(),
+        keep_going: false,
+    });
+
+    fn fuzzer() -> Fuzzer<'static> {
+        Fuzzer {
+            cfg: &CFG,
+            shm: Shm::map(),
+            kcov: vec![],
+            kmsg: None,
+            text: CFG.text.clone(),
+            rng: Rng::new(7),
+            corpus: vec![],
+            edges: HashSet::new(),
+            pcs: HashSet::new(),
+            functions: BTreeSet::new(),
+            syms: Symbols { starts: vec![0x1000, 0x1800], names: vec!["f".into(), "g".into()] },
+            execs: 0,
+            ops: 0,
+            t0: Instant::now(),
+            timeline: vec![],
+        }
+    }
+
+    #[test]
+    fn new_edges_not_new_pcs_decide() {
+        let mut f = fuzzer();
+        let e = |t: &[u64]| Exec { traces: vec![t.to_vec()], failures: vec![] };
+        assert!(f.absorb(&e(&[0x1000, 0x1010, 0x1020])));
+        assert!(!f.absorb(&e(&[0x1000, 0x1010, 0x1020])), "nothing new the second time");
+        // The same PCs in another order: new edges.
+        assert!(f.absorb(&e(&[0x1000, 0x1020])));
+        assert_eq!((f.pcs.len(), f.functions.len()), (3, 1));
+        assert!(f.absorb(&e(&[0x1800])));
+        assert_eq!(f.functions.len(), 2);
+        assert_eq!(f.syms.function_of(0x17ff), Some(0));
+        assert_eq!(f.syms.function_of(0xfff), None);
+    }
+
+    #[test]
+    fn mutations_stay_in_bounds_and_repeat_ops() {
+        let mut f = fuzzer();
+        f.corpus = vec![vec![1, 2, 3], (10..10 + MAX_LEN as u64).collect()];
+        let mut repeated = false;
+        for _ in 0..2000 {
+            let m = f.mutate();
+            assert!(!m.is_empty() && m.len() <= MAX_LEN, "{m:?}");
+            let mut u = m.clone();
+            u.sort();
+            u.dedup();
+            repeated |= u.len() < m.len();
+        }
+        assert!(repeated, "no mutation repeated an op");
+    }
 
     #[test]
     fn ranges_sequences_and_signatures() {

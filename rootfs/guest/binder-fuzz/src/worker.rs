@@ -1366,8 +1366,12 @@ pub fn run_sequence(cfg: Config, shm: &'static Shm, seq: &[u64], kcov: &[RawFd])
     // A manager on the first fd gives handle 0 meaning on the second, in every sequence.
     s.try_mgr = true;
     let turn = (Mutex::new(0usize), std::sync::Condvar::new());
+    // Every thread is a looper (and thread 0 the manager) before the first op, whichever
+    // thread that op is on: otherwise the sequence's start would depend on timing.
+    let ready = std::sync::Barrier::new(threads);
     let body = |t: usize| {
         let mut th = s.thread(&cfg, t, Rng::derive(cfg.seed, t as u64).next_u64());
+        ready.wait();
         loop {
             let mut at = turn.0.lock().unwrap();
             while *at < seq.len() && seq[*at] as usize % threads != t {
