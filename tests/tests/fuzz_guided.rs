@@ -1,15 +1,15 @@
-//! `lab fuzz --guided` and `lab fuzz --replay` on the KCOV kernels: a short guided run on the
-//! fuzz flavor reports the binder driver's coverage over time and the functions it never
-//! reached; the planted bug's minimised sequence (docs/src/results/guided-fuzzing.md)
-//! replays its splat on fuzz-planted and nothing on fuzz. The fuzz kernel is a cold build the
-//! first time; fuzz-planted starts from a copy of its O= directory.
+//! `lab fuzz --guided` and `lab fuzz --replay`: a KCOV flavor is required (named in the
+//! error); on the KCOV kernels (ignored until their first build has been measured, see
+//! docs/src/results/guided-fuzzing.md) a short guided run on the fuzz flavor reports the
+//! binder driver's coverage over time and the functions it never reached, and a guided run
+//! on fuzz-planted finds the planted bug, whose saved sequence replays its splat there and
+//! nothing on fuzz. The fuzz kernel is a cold build the first time; fuzz-planted starts from
+//! a copy of its O= directory.
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
-/// The planted bug's sequence as `lab fuzz --guided --flavor fuzz-planted` found and
-/// minimised it (see the results page).
-const PLANTED_SEQ: &[&str] = &["0x0"];
+/// Where the planted bug's warning points.
 const PLANTED_AT: &str = "drivers/android/binder/freeze.rs";
 
 /// Runs `lab fuzz ARGS`; whether it passed, its stdout, and its run directory.
@@ -43,6 +43,7 @@ fn guided_needs_a_kcov_kernel() {
 }
 
 #[test]
+#[ignore = "needs the fuzz kernel (a cold build); not yet run"]
 fn guided_run_reports_driver_coverage() {
     let (ok, out, dir) =
         lab_fuzz(&["--guided", "--append", "binder_fuzz.ops=300", "--append", "binder_fuzz.seconds=120"]);
@@ -64,20 +65,36 @@ fn guided_run_reports_driver_coverage() {
     assert!(cov["timeline"].as_array().unwrap().len() >= 2, "{cov}");
 }
 
+// Not yet run: the fuzz kernels' first (cold) build did not finish in the session that wrote
+// this; the budget (the planted bug's first find, with this seed) is to be measured with
+//   cargo test -p lab-tests --test fuzz_guided -- --ignored
 #[test]
-fn replay_brings_the_planted_splat_back_and_only_there() {
-    let tmp = tempfile::tempdir().unwrap();
-    let file = tmp.path().join("repro-1.json");
-    let saved = serde_json::json!({"format": "binder-fuzz-repro/1", "seq": PLANTED_SEQ, "threads": 2,
-                                   "flavor": "fuzz-planted"});
-    std::fs::write(&file, saved.to_string()).unwrap();
-    let (ok, out, dir) = lab_fuzz(&["--replay", file.to_str().unwrap()]);
-    assert!(!ok, "the planted bug's sequence passed:\n{out}");
+#[ignore = "needs the fuzz and fuzz-planted kernels; budget not yet measured"]
+fn guided_finds_the_planted_bug_and_its_replay_brings_the_splat_back_only_there() {
+    let (ok, out, dir) = lab_fuzz(&[
+        "--guided",
+        "--flavor",
+        "fuzz-planted",
+        "--append",
+        "binder_fuzz.seed=0x5eed",
+        "--append",
+        "binder_fuzz.ops=20000",
+    ]);
+    assert!(!ok, "the guided run did not find the planted bug:\n{out}");
+    let fuzz = result(&dir, "fuzz");
+    assert!(fuzz["message"].as_str().unwrap().contains(PLANTED_AT), "{fuzz}");
+    let repro = dir.join("collect/fuzz/tmp/binder-fuzz/repro-1.json");
+    let saved: Value = serde_json::from_str(&std::fs::read_to_string(&repro).expect("repro-1.json")).unwrap();
+    assert_eq!(saved["flavor"], "fuzz-planted", "{saved}");
+    assert_eq!(saved["reproduced"], true, "{saved}");
+    // One command replays it: the splat again.
+    let (ok, out, dir) = lab_fuzz(&["--replay", repro.to_str().unwrap()]);
+    assert!(!ok, "the saved sequence passed:\n{out}");
     let r = result(&dir, "replay");
     assert_eq!(r["status"], "fail", "{r}");
     assert!(r["message"].as_str().unwrap().contains(PLANTED_AT), "{r}");
     assert!(out.contains("reproduce: cargo make fuzz") && out.contains("--replay"), "{out}");
     // The same sequence on the driver without the planted patch: clean.
-    let (ok, out, _) = lab_fuzz(&["--replay", file.to_str().unwrap(), "--flavor", "fuzz"]);
+    let (ok, out, _) = lab_fuzz(&["--replay", repro.to_str().unwrap(), "--flavor", "fuzz"]);
     assert!(ok, "{out}");
 }
