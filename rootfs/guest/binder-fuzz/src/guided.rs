@@ -148,11 +148,23 @@ fn signature(line: &str) -> String {
     }
 }
 
-struct Fuzzer<'a> {
+/// What runs a sequence: the kernel (a worker process under KCOV), or a unit test's model.
+trait Target {
+    fn run(&mut self, seq: &[u64]) -> Exec;
+}
+
+/// Runs sequences in worker processes and keeps their coverage inside the driver's text.
+struct Kernel<'a> {
     cfg: &'a Config,
     shm: &'static Shm,
     kcov: Vec<Kcov>,
     kmsg: Option<Kmsg>,
+    text: Vec<(u64, u64)>,
+}
+
+struct Fuzzer<'a> {
+    cfg: &'a Config,
+    target: Box<dyn Target + 'a>,
     text: Vec<(u64, u64)>,
     rng: Rng,
     corpus: Vec<Vec<u64>>,
@@ -166,12 +178,14 @@ struct Fuzzer<'a> {
     timeline: Vec<Value>,
 }
 
-impl<'a> Fuzzer<'a> {
+impl Kernel<'_> {
     fn in_driver(&self, pc: u64) -> bool {
         self.text.iter().any(|&(s, e)| pc >= s && pc < e)
     }
+}
 
-    fn exec(&mut self, seq: &[u64]) -> Exec {
+impl Target for Kernel<'_> {
+    fn run(&mut self, seq: &[u64]) -> Exec {
         for k in &self.kcov {
             k.reset();
         }
@@ -235,9 +249,30 @@ impl<'a> Fuzzer<'a> {
             failures.splice(0..0, splats);
         }
         let traces = self.kcov.iter().map(|k| k.pcs().into_iter().filter(|&pc| self.in_driver(pc)).collect()).collect();
+        Exec { traces, failures }
+    }
+}
+
+impl<'a> Fuzzer<'a> {
+    fn exec(&mut self, seq: &[u64]) -> Exec {
         self.execs += 1;
         self.ops += seq.len() as u64;
-        Exec { traces, failures }
+        self.target.run(seq)
+    }
+
+    /// One sequence of the loop: a mutation (guided, nine in ten) or a fresh random one;
+    /// joins the corpus if it reached a new edge (guided only).
+    fn step(&mut self) -> (Vec<u64>, Exec) {
+        let seq = if self.cfg.mode == Mode::Guided && !self.corpus.is_empty() && !self.rng.chance(1, 10) {
+            self.mutate()
+        } else {
+            self.random_seq()
+        };
+        let e = self.exec(&seq);
+        if self.absorb(&e) && self.cfg.mode == Mode::Guided {
+            self.corpus.push(seq.clone());
+        }
+        (seq, e)
     }
 
     /// Adds the coverage of `e`; true if it reached an edge never seen before.
@@ -365,11 +400,10 @@ pub fn run(cfg: &Config, shm: &'static Shm) -> i32 {
         report("coverage", Status::Fail, 0.0, Some(msg.into()), json!({}));
         return 1;
     }
+    let target = Kernel { cfg, shm, kcov, kmsg: Kmsg::open_at_end().ok(), text: cfg.text.clone() };
     let mut f = Fuzzer {
         cfg,
-        shm,
-        kcov,
-        kmsg: Kmsg::open_at_end().ok(),
+        target: Box::new(target),
         text: cfg.text.clone(),
         rng: Rng::new(cfg.seed),
         corpus: vec![],
@@ -400,15 +434,7 @@ pub fn run(cfg: &Config, shm: &'static Shm) -> i32 {
     let mut last_sample = Instant::now();
     f.sample();
     while f.ops < cfg.ops && f.t0.elapsed().as_secs_f64() < cfg.seconds {
-        let seq = if cfg.mode == Mode::Guided && !f.corpus.is_empty() && !f.rng.chance(1, 10) {
-            f.mutate()
-        } else {
-            f.random_seq()
-        };
-        let e = f.exec(&seq);
-        if f.absorb(&e) && cfg.mode == Mode::Guided {
-            f.corpus.push(seq.clone());
-        }
+        let (seq, e) = f.step();
         if let Some(sig) = e.signature() {
             if !found.iter().any(|x| x.sig == sig) {
                 eprintln!("binder-fuzz: failure after {} sequences: {}", f.execs, e.failures[0]);
@@ -508,28 +534,51 @@ struct Found {
 mod tests {
     use super::*;
 
-    static CFG: std::sync::LazyLock<Config> = std::sync::LazyLock::new(|| Config {
-        mode: Mode::Guided,
-        seed: 1,
-        ops: 0,
-        seconds: 0.0,
-        threads: 2,
-        device: String::new(),
-        text: vec![(0x1000, 0x2000)],
-        replay: vec![],
-        out: PathBuf::new(),
-        hang_s: 1.0,
-        flavor: String::new(),
-        keep_going: false,
-    });
+    fn config(mode: Mode) -> &'static Config {
+        Box::leak(Box::new(Config {
+            mode,
+            seed: 1,
+            ops: 0,
+            seconds: 0.0,
+            threads: 2,
+            device: String::new(),
+            text: vec![(0x1000, 0x2000)],
+            replay: vec![],
+            out: PathBuf::new(),
+            hang_s: 1.0,
+            flavor: String::new(),
+            keep_going: false,
+        }))
+    }
 
-    fn fuzzer() -> Fuzzer<'static> {
+    /// A model of a bug behind a chain of conditions: op `i` of a sequence advances the
+    /// state if its seed is the state's number mod 32, and each state runs a block of its
+    /// own; state `DEPTH` is the bug. Random sequences of 4-16 ops reach it about once in
+    /// 10^5; each step of the chain is a new edge, which the guided loop can climb.
+    struct Chain;
+    const DEPTH: u64 = 6;
+
+    impl Target for Chain {
+        fn run(&mut self, seq: &[u64]) -> Exec {
+            let mut state = 0;
+            let mut trace = vec![];
+            for &op in seq {
+                if op % 32 == state {
+                    state += 1;
+                }
+                trace.push(0x1000 + 0x10 * state);
+            }
+            let failures = if state >= DEPTH { vec!["warning: WARNING: at chain.rs:6 f".into()] } else { vec![] };
+            Exec { traces: vec![trace], failures }
+        }
+    }
+
+    fn fuzzer(mode: Mode) -> Fuzzer<'static> {
+        let cfg = config(mode);
         Fuzzer {
-            cfg: &CFG,
-            shm: Shm::map(),
-            kcov: vec![],
-            kmsg: None,
-            text: CFG.text.clone(),
+            cfg,
+            target: Box::new(Chain),
+            text: cfg.text.clone(),
             rng: Rng::new(7),
             corpus: vec![],
             edges: HashSet::new(),
@@ -543,9 +592,22 @@ mod tests {
         }
     }
 
+    /// Sequences run until the model's bug shows, at most `budget`; how many it took.
+    fn sequences_to_the_bug(mode: Mode, budget: u64) -> Option<u64> {
+        let mut f = fuzzer(mode);
+        (0..budget).find(|_| !f.step().1.failures.is_empty()).map(|_| f.execs)
+    }
+
+    #[test]
+    fn guided_climbs_a_chain_random_does_not() {
+        let guided = sequences_to_the_bug(Mode::Guided, 30_000);
+        assert!(guided.is_some(), "guided did not reach depth {DEPTH} in 30000 sequences");
+        assert_eq!(sequences_to_the_bug(Mode::Random, 30_000), None, "random reached it: the model is too easy");
+    }
+
     #[test]
     fn new_edges_not_new_pcs_decide() {
-        let mut f = fuzzer();
+        let mut f = fuzzer(Mode::Guided);
         let e = |t: &[u64]| Exec { traces: vec![t.to_vec()], failures: vec![] };
         assert!(f.absorb(&e(&[0x1000, 0x1010, 0x1020])));
         assert!(!f.absorb(&e(&[0x1000, 0x1010, 0x1020])), "nothing new the second time");
@@ -560,7 +622,7 @@ mod tests {
 
     #[test]
     fn mutations_stay_in_bounds_and_repeat_ops() {
-        let mut f = fuzzer();
+        let mut f = fuzzer(Mode::Guided);
         f.corpus = vec![vec![1, 2, 3], (10..10 + MAX_LEN as u64).collect()];
         let mut repeated = false;
         for _ in 0..2000 {
