@@ -34,12 +34,27 @@ fn result(dir: &Path, case: &str) -> Value {
         .unwrap_or_else(|| panic!("no {case} result in {}", dir.display()))
 }
 
-#[test]
-fn guided_needs_a_kcov_kernel() {
-    let out = lab_tests::lab().args(["fuzz", "--guided", "--flavor", "debug"]).output().expect("lab runs");
-    let err = String::from_utf8_lossy(&out.stderr);
+/// `lab fuzz ARGS` that must fail before any boot; its stderr.
+fn refused(args: &[&str]) -> String {
+    let out = lab_tests::lab().arg("fuzz").args(args).output().expect("lab runs");
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(!out.status.success(), "{err}");
+    err
+}
+
+#[test]
+fn bad_input_is_named_before_any_boot() {
+    let err = refused(&["--guided", "--flavor", "debug"]);
     assert!(err.contains("debug has no CONFIG_KCOV") && err.contains("--flavor fuzz"), "{err}");
+    let tmp = tempfile::tempdir().unwrap();
+    let missing = tmp.path().join("repro-9.json");
+    let err = refused(&["--replay", missing.to_str().unwrap()]);
+    assert!(err.contains("repro-9.json"), "{err}");
+    std::fs::write(&missing, r#"{"seq": ["0x1", "zz"], "threads": 2}"#).unwrap();
+    let err = refused(&["--replay", missing.to_str().unwrap()]);
+    assert!(err.contains("hex seeds"), "{err}");
+    let err = refused(&["--guided", "--unguided"]);
+    assert!(err.contains("--unguided"), "{err}");
 }
 
 #[test]
