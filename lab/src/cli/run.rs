@@ -100,6 +100,10 @@ pub fn suite_with(
         for case in &failed {
             println!("reproduce {case}: {}", args.reproducer(task, &["--case".into(), case.clone()]));
         }
+        // Sequences a guided fuzz run saved: each replays with one command.
+        for f in saved_sequences(&o.dir) {
+            println!("replay: cargo make fuzz --replay {}", f.display());
+        }
         if failed.is_empty() {
             println!("reproduce: {}", args.reproducer(task, &[extra, &sel.cli_args()].concat()));
         }
@@ -111,5 +115,37 @@ impl CaseArgs {
     fn cli_args(&self) -> Vec<String> {
         let c = self.cases.iter().flat_map(|n| ["--case".to_string(), n.clone()]);
         c.chain(self.skip.iter().flat_map(|n| ["--skip".to_string(), n.clone()])).collect()
+    }
+}
+
+/// The `repro-N.json` files binder-fuzz's guided loop saved, as collected into the run
+/// directory (`collect/<step>/tmp/binder-fuzz/`).
+fn saved_sequences(run_dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let Ok(steps) = std::fs::read_dir(run_dir.join("collect")) else { return vec![] };
+    let mut v: Vec<_> = steps
+        .flatten()
+        .filter_map(|s| std::fs::read_dir(s.path().join("tmp/binder-fuzz")).ok())
+        .flat_map(|rd| rd.flatten().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("repro-") && n.ends_with(".json"))
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn saved_sequences_are_found_in_the_collected_files() {
+        let d = tempfile::tempdir().unwrap();
+        let g = d.path().join("collect/fuzz/tmp/binder-fuzz");
+        std::fs::create_dir_all(&g).unwrap();
+        for f in ["repro-2.json", "repro-1.json", "crash-1.json", "coverage.json"] {
+            std::fs::write(g.join(f), "{}").unwrap();
+        }
+        let got = super::saved_sequences(d.path());
+        assert_eq!(got, [g.join("repro-1.json"), g.join("repro-2.json")]);
+        assert!(super::saved_sequences(&d.path().join("none")).is_empty());
     }
 }
