@@ -130,7 +130,18 @@ mod tests {
         let names = |k| entries(k).into_iter().map(|e| e.name).collect::<Vec<_>>();
         assert_eq!(
             names(Kind::Flavors),
-            ["cbinder", "debug", "perf", "cbinder-ctabs", "cbinder-debug", "cbinder-spin", "cbinder-spin-debug"]
+            [
+                "cbinder",
+                "debug",
+                "kcov",
+                "perf",
+                "cbinder-ctabs",
+                "cbinder-debug",
+                "cbinder-spin",
+                "cbinder-spin-debug",
+                "fuzz",
+                "fuzz-planted"
+            ]
         );
         assert!(names(Kind::Boards).contains(&"sa8155p".to_string()));
         let plans = names(Kind::Plans);

@@ -8,6 +8,7 @@ pub mod cache;
 pub mod catalog;
 pub mod compare;
 pub mod docs;
+pub mod fuzz;
 pub mod gdb;
 pub mod guest_build;
 pub mod kernel;
@@ -102,8 +103,14 @@ pub enum Cmd {
         run: RunArgs,
     },
     /// Run the binder fuzzer (plan `fuzz`: 20k operations; `--plan fuzz-long` for
-    /// millions, `--append binder_fuzz.seed=N` to replay a seed) and print the table.
-    Fuzz(RunArgs),
+    /// millions, `--append binder_fuzz.seed=N` to replay a seed) and print the table;
+    /// `--guided` fuzzes by KCOV coverage, `--replay FILE` replays a saved sequence.
+    Fuzz {
+        #[command(flatten)]
+        fuzz: fuzz::FuzzArgs,
+        #[command(flatten)]
+        run: RunArgs,
+    },
     /// Attach gdb-multiarch to a guest started with `--gdb` (the newest running one, or
     /// --run DIR), with its vmlinux and the kernel's gdb helpers; arguments after `--` go to gdb.
     Gdb {
@@ -365,7 +372,7 @@ pub fn execute(cmd: Cmd) -> Result<Exit> {
         Cmd::Run { run, timeout, command } if !command.is_empty() => run::command(&run, timeout, &command),
         Cmd::Run { run, .. } => run::run(&run),
         Cmd::Conformance { cases, run } => run::suite(&run, "conformance", &cases),
-        Cmd::Fuzz(args) => run::suite(&args, "fuzz", &run::CaseArgs::default()),
+        Cmd::Fuzz { fuzz, run } => fuzz::command(&run, &fuzz),
         Cmd::Bench { profile, reps, matrix: true, out, run, .. } => bench::matrix(profile, reps, out, &run),
         Cmd::Bench { profile, reps, threads, run, .. } => bench::run(profile, reps, threads, &run),
         Cmd::Reproduce { profile, out, run, from: None, only, model } => {

@@ -67,7 +67,18 @@ pub fn case_list() -> String {
 
 /// Runs a plan and prints the per-case table (with the run's summary below it).
 pub fn suite(args: &RunArgs, default_plan: &str, sel: &CaseArgs) -> Result<Exit> {
-    let opts = args.opts(default_plan)?;
+    suite_with(args, args.opts(default_plan)?, default_plan, sel, &[])
+}
+
+/// [`suite`] with options already made (`lab fuzz --guided` adds to them); `extra` are the
+/// command's own arguments, for the reproducer line.
+pub fn suite_with(
+    args: &RunArgs,
+    opts: crate::harness::opts::RunOpts,
+    default_plan: &str,
+    sel: &CaseArgs,
+    extra: &[String],
+) -> Result<Exit> {
     let plan = adhoc::select_cases(&crate::harness::opts::load_plan(&opts.plan)?, &sel.cases, &sel.skip)?;
     let o = report::run_plan_and_report(&plan, &opts)?;
     print!("{}", report::case_table(&o));
@@ -84,13 +95,17 @@ pub fn suite(args: &RunArgs, default_plan: &str, sel: &CaseArgs) -> Result<Exit>
         }
     }
     if !o.ok() {
-        let task = if default_plan == "fuzz" { "fuzz" } else { "conformance" };
+        let task = if default_plan.starts_with("fuzz") { "fuzz" } else { "conformance" };
         let failed = adhoc::failed_cases(&o);
         for case in &failed {
             println!("reproduce {case}: {}", args.reproducer(task, &["--case".into(), case.clone()]));
         }
+        // Sequences a guided fuzz run saved: each replays with one command.
+        for f in saved_sequences(&o.dir) {
+            println!("replay: cargo make fuzz --replay {}", f.display());
+        }
         if failed.is_empty() {
-            println!("reproduce: {}", args.reproducer(task, &sel.cli_args()));
+            println!("reproduce: {}", args.reproducer(task, &[extra, &sel.cli_args()].concat()));
         }
     }
     Ok(o.exit())
@@ -100,5 +115,37 @@ impl CaseArgs {
     fn cli_args(&self) -> Vec<String> {
         let c = self.cases.iter().flat_map(|n| ["--case".to_string(), n.clone()]);
         c.chain(self.skip.iter().flat_map(|n| ["--skip".to_string(), n.clone()])).collect()
+    }
+}
+
+/// The `repro-N.json` files binder-fuzz's guided loop saved, as collected into the run
+/// directory (`collect/<step>/tmp/binder-fuzz/`).
+fn saved_sequences(run_dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let Ok(steps) = std::fs::read_dir(run_dir.join("collect")) else { return vec![] };
+    let mut v: Vec<_> = steps
+        .flatten()
+        .filter_map(|s| std::fs::read_dir(s.path().join("tmp/binder-fuzz")).ok())
+        .flat_map(|rd| rd.flatten().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("repro-") && n.ends_with(".json"))
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn saved_sequences_are_found_in_the_collected_files() {
+        let d = tempfile::tempdir().unwrap();
+        let g = d.path().join("collect/fuzz/tmp/binder-fuzz");
+        std::fs::create_dir_all(&g).unwrap();
+        for f in ["repro-2.json", "repro-1.json", "crash-1.json", "coverage.json"] {
+            std::fs::write(g.join(f), "{}").unwrap();
+        }
+        let got = super::saved_sequences(d.path());
+        assert_eq!(got, [g.join("repro-1.json"), g.join("repro-2.json")]);
+        assert!(super::saved_sequences(&d.path().join("none")).is_empty());
     }
 }

@@ -4,6 +4,7 @@
 //! series' style checks. Imports `provision` and `support`.
 
 pub mod driver_check;
+pub mod driver_text;
 pub mod flavor;
 pub mod kconfig;
 pub mod kernel;

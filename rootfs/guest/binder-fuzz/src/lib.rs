@@ -24,6 +24,8 @@
 //! binder shrinker every N ms from a helper process (`echo 2 > /proc/sys/vm/drop_caches`), so
 //! pages of freed buffers are reclaimed while workers allocate, free, unmap and exit.
 
+mod guided;
+mod kcov;
 mod shm;
 mod worker;
 
@@ -52,6 +54,17 @@ struct Config {
     binder_fds: bool,
     /// Run the shrinker every this many ms (0: never).
     shrink_ms: u64,
+    /// `classic` (this file's supervisor), `guided` or `random` (guided.rs's loop with or
+    /// without corpus feedback); a `replay` sequence makes it a replay.
+    mode: String,
+    /// The binder driver's text ranges for KCOV (`0xSTART-0xEND,...`).
+    text: String,
+    /// A sequence to replay (`0xSEED,...`).
+    replay: String,
+    /// The kernel flavor, recorded in saved sequences for their replay.
+    flavor: String,
+    /// Guided/random: go on after a failure until the budget is spent.
+    keep_going: bool,
 }
 
 fn parse_num(s: &str) -> Option<u64> {
@@ -65,7 +78,8 @@ fn parse_num(s: &str) -> Option<u64> {
 fn usage() -> ! {
     eprintln!(
         "usage: binder-fuzz [--ops N] [--seconds S] [--seed N] [--procs N] [--threads N] [--binder-fds 0|1] \
-         [--chaos-seconds S] [--shrink-ms N] [--device PATH]"
+         [--chaos-seconds S] [--shrink-ms N] [--device PATH] [--mode classic|guided|random] \
+         [--text 0xSTART-0xEND,...] [--replay 0xSEED,...] [--keep-going 0|1]"
     );
     std::process::exit(2);
 }
@@ -81,6 +95,12 @@ fn set(cfg: &mut Config, key: &str, val: &str) -> bool {
         "chaos-seconds" => cfg.chaos_s = val.parse().unwrap_or_else(|_| usage()),
         "binder_fds" | "binder-fds" => cfg.binder_fds = parse_num(val).unwrap_or_else(|| usage()) != 0,
         "shrink_ms" | "shrink-ms" => cfg.shrink_ms = parse_num(val).unwrap_or_else(|| usage()),
+        "mode" if ["classic", "guided", "random"].contains(&val) => cfg.mode = val.to_string(),
+        "mode" => usage(),
+        "text" => cfg.text = val.to_string(),
+        "replay" => cfg.replay = val.to_string(),
+        "flavor" => cfg.flavor = val.to_string(),
+        "keep_going" | "keep-going" => cfg.keep_going = parse_num(val).unwrap_or_else(|| usage()) != 0,
         _ => return false,
     }
     true
@@ -110,8 +130,25 @@ fn config() -> Config {
         chaos_s: 3.0,
         binder_fds: false,
         shrink_ms: 0,
+        mode: "classic".into(),
+        text: String::new(),
+        replay: String::new(),
+        flavor: String::new(),
+        keep_going: false,
     };
-    for k in ["ops", "seconds", "seed", "procs", "threads", "binder_fds", "shrink_ms"] {
+    for k in [
+        "ops",
+        "seconds",
+        "seed",
+        "procs",
+        "threads",
+        "binder_fds",
+        "shrink_ms",
+        "mode",
+        "text",
+        "replay",
+        "keep_going",
+    ] {
         if let Ok(v) = std::env::var(format!("BINDER_FUZZ_{}", k.to_uppercase())) {
             set(&mut cfg, k, &v);
         }
@@ -416,8 +453,51 @@ fn leftover_procs(baseline: &[i32], wait: Duration) -> Vec<testkit::logs::ProcSt
     }
 }
 
+/// Guided, random-with-coverage and replay runs (guided.rs).
+fn main_guided(cfg: &Config) -> ! {
+    let bad = |what: &str| -> ! {
+        report("coverage", Status::Fail, 0.0, Some(what.to_string()), json!({}));
+        std::process::exit(2)
+    };
+    let text = guided::parse_ranges(&cfg.text)
+        .unwrap_or_else(|| bad(&format!("binder_fuzz.text={:?} is not 0xSTART-0xEND[,...]", cfg.text)));
+    let replay = guided::parse_seq(&cfg.replay)
+        .unwrap_or_else(|| bad(&format!("binder_fuzz.replay={:?} is not 0xSEED[,0xSEED...]", cfg.replay)));
+    let mode = match (cfg.mode.as_str(), replay.is_empty()) {
+        (_, false) => guided::Mode::Replay,
+        ("random", _) => guided::Mode::Random,
+        _ => guided::Mode::Guided,
+    };
+    let g = guided::Config {
+        mode,
+        seed: cfg.seed,
+        ops: cfg.ops,
+        seconds: cfg.seconds,
+        threads: cfg.threads,
+        device: cfg.device.clone(),
+        text,
+        replay,
+        out: "/tmp/binder-fuzz".into(),
+        flavor: cfg.flavor.clone(),
+        keep_going: cfg.keep_going,
+        hang_s: cfg.hang_s,
+    };
+    if mode == guided::Mode::Replay {
+        eprintln!("binder-fuzz: replaying {} ops on {} threads", g.replay.len(), cfg.threads);
+    } else {
+        eprintln!(
+            "binder-fuzz: {} mode, seed {:#x}, {} ops or {} s, {} threads",
+            cfg.mode, cfg.seed, cfg.ops, cfg.seconds, cfg.threads
+        );
+    }
+    std::process::exit(guided::run(&g, Shm::map()))
+}
+
 pub fn main() {
     let cfg = config();
+    if cfg.mode != "classic" || !cfg.replay.is_empty() {
+        main_guided(&cfg);
+    }
     let scale = if testkit::is_debug_kernel() { 4.0 } else { 1.0 };
     eprintln!(
         "binder-fuzz: seed {:#x}, {} ops or {} s, {} processes x {} threads on {} (replay: cargo make fuzz \

@@ -1226,16 +1226,22 @@ fn main_text() -> u64 {
     main_text as *const () as u64
 }
 
-/// Runs a worker process to the end of its life; returns the exit code.
-pub fn run(cfg: Config, shm: &'static Shm) -> i32 {
-    let mut rng = Rng::new(cfg.seed);
+/// What a worker process's threads share, and where their arenas are.
+struct Setup {
+    sh: Arc<Shared>,
+    arena: usize,
+    try_mgr: bool,
+}
+
+/// Opens and maps the shared binder fds and the arenas; Err is the worker's exit code.
+fn setup(cfg: &Config, shm: &'static Shm, rng: &mut Rng) -> Result<Setup, i32> {
     let devs: Vec<FDev> = [1024 * 1024 - 8192, 128 * 1024]
         .iter()
         .filter_map(|&len| FDev::open(&cfg.device, len, libc::PROT_READ, libc::MAP_PRIVATE))
         .collect();
     if devs.len() < 2 || devs.iter().any(|d| d.map_len == 0) {
         eprintln!("binder-fuzz worker {}: cannot open and map {}", cfg.slot, cfg.device);
-        return 3;
+        return Err(3);
     }
     // A looper thread (not this one, which only waits) tries to become the manager.
     let try_mgr = rng.chance(1, 3);
@@ -1258,7 +1264,7 @@ pub fn run(cfg: Config, shm: &'static Shm) -> i32 {
         )
     };
     if arena == libc::MAP_FAILED {
-        return 4;
+        return Err(4);
     }
     let bad_page = arena as u64 + (ARENA * threads) as u64;
     // SAFETY: the last page of our fresh mapping.
@@ -1274,53 +1280,121 @@ pub fn run(cfg: Config, shm: &'static Shm) -> i32 {
         binder_fds: cfg.binder_fds,
         all_binder_fds,
     });
+    Ok(Setup { sh, arena: arena as usize, try_mgr })
+}
+
+impl Setup {
+    /// Thread `t` of the worker: a looper on the shared fds, and (thread 0, if `try_mgr`) the
+    /// would-be context manager.
+    fn thread(&self, cfg: &Config, t: usize, seed: u64) -> Thread {
+        let mut th = Thread {
+            rng: Rng::new(seed),
+            sh: self.sh.clone(),
+            arena: (self.arena + t * ARENA) as *mut u8,
+            private: None,
+            buffers: VecDeque::new(),
+            incs: vec![],
+            deaths: vec![],
+            slot: cfg.slot,
+            tix: t.min(shm::MAX_THREADS - 1),
+            sane: true,
+            pending_in: vec![],
+            cur_dev: 0,
+            awaiting: [false; 3],
+            awaiting_ops: [0; 3],
+            emitted_frees: vec![],
+        };
+        // Loopers receive calls (process work goes to looper threads only).
+        for d in 0..th.sh.devs.len() {
+            let fd = th.sh.devs[d].fd;
+            th.enter_looper(fd);
+        }
+        if t == 0 && self.try_mgr {
+            // SAFETY: BINDER_SET_CONTEXT_MGR reads an int at the pointer (a live local).
+            let r = unsafe { libc::ioctl(th.sh.devs[0].fd, BINDER_SET_CONTEXT_MGR as _, &0i32 as *const i32) };
+            if r == 0 {
+                th.sh.shm.bump(stat::CTX_MGR);
+            }
+        }
+        th
+    }
+}
+
+/// Runs a worker process to the end of its life; returns the exit code.
+pub fn run(cfg: Config, shm: &'static Shm) -> i32 {
+    let mut rng = Rng::new(cfg.seed);
+    let s = match setup(&cfg, shm, &mut rng) {
+        Ok(s) => s,
+        Err(code) => return code,
+    };
+    let threads = cfg.threads.max(1);
     let per_thread = cfg.life_ops.div_ceil(threads as u64);
-    let handles: Vec<_> = (0..threads)
-        .map(|t| {
-            let sh = sh.clone();
-            let arena = arena as usize + t * ARENA;
-            let seed = Rng::derive(cfg.seed, t as u64).next_u64();
-            let slot = cfg.slot;
-            std::thread::spawn(move || {
-                let mut th = Thread {
-                    rng: Rng::new(seed),
-                    sh,
-                    arena: arena as *mut u8,
-                    private: None,
-                    buffers: VecDeque::new(),
-                    incs: vec![],
-                    deaths: vec![],
-                    slot,
-                    tix: t.min(shm::MAX_THREADS - 1),
-                    sane: true,
-                    pending_in: vec![],
-                    cur_dev: 0,
-                    awaiting: [false; 3],
-                    awaiting_ops: [0; 3],
-                    emitted_frees: vec![],
-                };
-                // Loopers receive calls (process work goes to looper threads only).
-                for d in 0..th.sh.devs.len() {
-                    let fd = th.sh.devs[d].fd;
-                    th.enter_looper(fd);
-                }
-                if t == 0 && try_mgr {
-                    // SAFETY: BINDER_SET_CONTEXT_MGR reads an int at the pointer (a live local).
-                    let r = unsafe { libc::ioctl(th.sh.devs[0].fd, BINDER_SET_CONTEXT_MGR as _, &0i32 as *const i32) };
-                    if r == 0 {
-                        th.sh.shm.bump(stat::CTX_MGR);
-                    }
-                }
+    std::thread::scope(|scope| {
+        for t in 0..threads {
+            let (s, cfg) = (&s, &cfg);
+            scope.spawn(move || {
+                let mut th = s.thread(cfg, t, Rng::derive(cfg.seed, t as u64).next_u64());
                 for _ in 0..per_thread {
                     if !th.step() {
                         break;
                     }
                 }
-            })
-        })
-        .collect();
-    for h in handles {
-        let _ = h.join();
-    }
+            });
+        }
+    });
+    0
+}
+
+/// Runs one operation sequence (guided mode, replays): op `i` is drawn from `Rng::new(seq[i])`
+/// on thread `seq[i] % threads`, one op at a time in sequence order, so the same sequence
+/// makes the same calls. Thread `t` records its coverage into `kcov[t]` (KCOV_ENABLE is per
+/// task). Every thread then reads what the driver queued for it. Returns the exit code.
+pub fn run_sequence(cfg: Config, shm: &'static Shm, seq: &[u64], kcov: &[RawFd]) -> i32 {
+    let threads = cfg.threads.max(1);
+    let enable = |t: usize| {
+        if let Some(&fd) = kcov.get(t) {
+            // SAFETY: a kcov fd whose buffer the parent set up; traces this task only.
+            unsafe { libc::ioctl(fd, crate::kcov::KCOV_ENABLE as _, crate::kcov::KCOV_TRACE_PC) };
+        }
+    };
+    // This thread is thread 0: its setup (open, mmap) is traced too.
+    enable(0);
+    let mut s = match setup(&cfg, shm, &mut Rng::new(cfg.seed)) {
+        Ok(s) => s,
+        Err(code) => return code,
+    };
+    // A manager on the first fd gives handle 0 meaning on the second, in every sequence.
+    s.try_mgr = true;
+    let turn = (Mutex::new(0usize), std::sync::Condvar::new());
+    // Every thread is a looper (and thread 0 the manager) before the first op, whichever
+    // thread that op is on: otherwise the sequence's start would depend on timing.
+    let ready = std::sync::Barrier::new(threads);
+    let body = |t: usize| {
+        let mut th = s.thread(&cfg, t, Rng::derive(cfg.seed, t as u64).next_u64());
+        ready.wait();
+        loop {
+            let mut at = turn.0.lock().unwrap();
+            while *at < seq.len() && seq[*at] as usize % threads != t {
+                at = turn.1.wait(at).unwrap();
+            }
+            let Some(&op) = seq.get(*at) else { break };
+            drop(at);
+            th.rng = Rng::new(op);
+            th.step();
+            *turn.0.lock().unwrap() += 1;
+            turn.1.notify_all();
+        }
+        th.serve_all();
+    };
+    std::thread::scope(|scope| {
+        for t in 1..threads {
+            let body = &body;
+            scope.spawn(move || {
+                enable(t);
+                body(t);
+            });
+        }
+        body(0);
+    });
     0
 }

@@ -1,0 +1,652 @@
+//! Coverage-guided mode (`mode=guided`), its baseline without feedback (`mode=random`) and
+//! replays (`replay=0x..,0x..`).
+//!
+//! Our own loop, libFuzzer's shape: an input is a sequence of operation seeds (one op of
+//! worker.rs each, see `worker::run_sequence`), run in a fresh worker process with KCOV on
+//! every thread. Coverage is kept only inside the binder driver's text (`text=START-END,...`,
+//! which the lab takes from the flavor's System.map). A sequence that reaches a new edge
+//! (a pair of consecutive driver PCs in one thread's trace) joins the corpus; new sequences
+//! are mutations of corpus entries (insert, drop, replace, duplicate an op, splice two).
+//! `random` runs the same loop and budget but never draws from the corpus.
+//!
+//! A sequence after which the kernel logged a splat (or whose worker crashed or hung) stops
+//! the run (with `keep_going`, the budget is spent and each new signature kept); it is then
+//! written to `out/crash-N.json` and minimised (ops dropped while the same splat comes back)
+//! into `out/repro-N.json`; `cargo make fuzz --replay FILE` boots with
+//! that sequence. Coverage over time and the functions never reached go to
+//! `out/coverage.json`.
+
+use crate::kcov::Kcov;
+use crate::shm::Shm;
+use crate::worker;
+use labproto::{report, Status};
+use serde_json::{json, Value};
+use std::collections::{BTreeSet, HashSet};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use testkit::kmsg::{self, Kmsg};
+use testkit::rng::{mix, Rng};
+
+/// KCOV buffer per thread in words (8 MiB): a long sequence's whole-kernel trace fits.
+const KCOV_WORDS: usize = 1024 * 1024;
+/// Longest sequence a mutation makes.
+const MAX_LEN: usize = 48;
+/// Runs spent minimising one failure.
+const MINIMISE_RUNS: usize = 120;
+/// Distinct failures one run saves (with `keep_going`).
+const MAX_FAILURES: usize = 4;
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Guided,
+    Random,
+    Replay,
+}
+
+impl Mode {
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Guided => "guided",
+            Mode::Random => "random",
+            Mode::Replay => "replay",
+        }
+    }
+}
+
+pub struct Config {
+    pub mode: Mode,
+    pub seed: u64,
+    pub ops: u64,
+    pub seconds: f64,
+    pub threads: usize,
+    pub device: String,
+    /// Driver text ranges, [start, end).
+    pub text: Vec<(u64, u64)>,
+    pub replay: Vec<u64>,
+    pub out: PathBuf,
+    /// A worker still running after this long is a hang.
+    pub hang_s: f64,
+    /// The kernel flavor (from the lab), written into saved sequences.
+    pub flavor: String,
+    /// Go on after a failure until the budget is spent (a new signature is saved too).
+    pub keep_going: bool,
+}
+
+/// Parses `0xSTART-0xEND,...`.
+pub fn parse_ranges(s: &str) -> Option<Vec<(u64, u64)>> {
+    s.split(',')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (a, b) = p.split_once('-')?;
+            let n = |x: &str| u64::from_str_radix(x.trim().trim_start_matches("0x"), 16).ok();
+            Some((n(a)?, n(b)?)).filter(|(a, b)| a < b)
+        })
+        .collect()
+}
+
+/// Parses `0x1,0x2,...` (a replayed sequence).
+pub fn parse_seq(s: &str) -> Option<Vec<u64>> {
+    s.split(',')
+        .filter(|p| !p.is_empty())
+        .map(|p| u64::from_str_radix(p.trim().trim_start_matches("0x"), 16).ok())
+        .collect()
+}
+
+/// Driver functions from /proc/kallsyms inside the text ranges, sorted by address.
+struct Symbols {
+    starts: Vec<u64>,
+    names: Vec<String>,
+}
+
+impl Symbols {
+    fn load(text: &[(u64, u64)]) -> Symbols {
+        let mut v: Vec<(u64, String)> = std::fs::read_to_string("/proc/kallsyms")
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| {
+                let mut it = l.split_whitespace();
+                let a = u64::from_str_radix(it.next()?, 16).ok()?;
+                let ty = it.next()?;
+                let name = it.next()?;
+                (matches!(ty, "t" | "T") && text.iter().any(|&(s, e)| a >= s && a < e)).then(|| (a, name.to_string()))
+            })
+            .collect();
+        v.sort();
+        v.dedup_by_key(|x| x.0);
+        Symbols { starts: v.iter().map(|x| x.0).collect(), names: v.into_iter().map(|x| x.1).collect() }
+    }
+
+    fn function_of(&self, pc: u64) -> Option<usize> {
+        self.starts.partition_point(|&s| s <= pc).checked_sub(1)
+    }
+
+    fn name(&self, i: usize) -> String {
+        format!("{:#}", rustc_demangle::demangle(&self.names[i]))
+    }
+}
+
+/// What one run of a sequence left.
+struct Exec {
+    /// Driver PCs per thread, in trace order.
+    traces: Vec<Vec<u64>>,
+    /// Splats, the worker's crash or a hang: the first is the failure's signature.
+    failures: Vec<String>,
+}
+
+impl Exec {
+    fn signature(&self) -> Option<String> {
+        self.failures.first().map(|f| signature(f))
+    }
+}
+
+/// A splat line without what changes between runs (CPU, PID, addresses): its kind and where.
+fn signature(line: &str) -> String {
+    let kind = line.split(':').next().unwrap_or("");
+    match line.split_once(" at ") {
+        Some((_, at)) => format!("{kind} at {}", at.split_whitespace().next().unwrap_or("")),
+        None => line.chars().filter(|c| !c.is_ascii_digit()).collect(),
+    }
+}
+
+/// What runs a sequence: the kernel (a worker process under KCOV), or a unit test's model.
+trait Target {
+    fn run(&mut self, seq: &[u64]) -> Exec;
+}
+
+/// Runs sequences in worker processes and keeps their coverage inside the driver's text.
+struct Kernel<'a> {
+    cfg: &'a Config,
+    shm: &'static Shm,
+    kcov: Vec<Kcov>,
+    kmsg: Option<Kmsg>,
+    text: Vec<(u64, u64)>,
+}
+
+struct Fuzzer<'a> {
+    cfg: &'a Config,
+    target: Box<dyn Target + 'a>,
+    text: Vec<(u64, u64)>,
+    rng: Rng,
+    corpus: Vec<Vec<u64>>,
+    edges: HashSet<u64>,
+    pcs: HashSet<u64>,
+    functions: BTreeSet<usize>,
+    syms: Symbols,
+    execs: u64,
+    ops: u64,
+    t0: Instant,
+    timeline: Vec<Value>,
+}
+
+impl Kernel<'_> {
+    fn in_driver(&self, pc: u64) -> bool {
+        self.text.iter().any(|&(s, e)| pc >= s && pc < e)
+    }
+}
+
+impl Target for Kernel<'_> {
+    fn run(&mut self, seq: &[u64]) -> Exec {
+        for k in &self.kcov {
+            k.reset();
+        }
+        if let Some(k) = self.kmsg.as_mut() {
+            k.read_new();
+        }
+        let fds: Vec<i32> = self.kcov.iter().map(|k| k.fd).collect();
+        let wcfg = || worker::Config {
+            device: self.cfg.device.clone(),
+            binder_fds: false,
+            slot: 0,
+            seed: 0,
+            threads: self.cfg.threads,
+            life_ops: seq.len() as u64,
+        };
+        // SAFETY: the parent is single-threaded, so the child may run arbitrary code.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            // SAFETY: prctl has no memory preconditions.
+            unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) };
+            let code = worker::run_sequence(wcfg(), self.shm, seq, &fds);
+            // SAFETY: ends the worker without running the parent's exit handlers.
+            unsafe { libc::_exit(code) };
+        }
+        let mut failures = vec![];
+        if pid < 0 {
+            failures.push("fork failed".into());
+            return Exec { traces: vec![], failures };
+        }
+        let t = Instant::now();
+        let code = loop {
+            let mut st = 0;
+            // SAFETY: our child; st is a valid out-pointer.
+            if unsafe { libc::waitpid(pid, &mut st, libc::WNOHANG) } == pid {
+                break syskit::decode_status(st);
+            }
+            if t.elapsed().as_secs_f64() > self.cfg.hang_s {
+                failures.push(format!("hang: worker still running after {} s", self.cfg.hang_s));
+                // SAFETY: kill and reap our own child.
+                unsafe {
+                    libc::kill(pid, libc::SIGKILL);
+                    libc::waitpid(pid, &mut st, 0);
+                }
+                break 128 + libc::SIGKILL;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        if code != 0 && failures.is_empty() {
+            failures.push(format!("crash: worker ended with status {code}"));
+        }
+        // The driver releases a process in deferred work: wait for it, so that the next
+        // sequence starts clean (the context manager free) and its splats land here.
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(5)
+            && testkit::logs::Stats::read().map(|s| !s.proc(pid).is_empty()).unwrap_or(false)
+        {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        if let Some(k) = self.kmsg.as_mut() {
+            let splats = kmsg::splats(&k.read_new());
+            failures.splice(0..0, splats);
+        }
+        let traces = self.kcov.iter().map(|k| k.pcs().into_iter().filter(|&pc| self.in_driver(pc)).collect()).collect();
+        Exec { traces, failures }
+    }
+}
+
+impl<'a> Fuzzer<'a> {
+    fn exec(&mut self, seq: &[u64]) -> Exec {
+        self.execs += 1;
+        self.ops += seq.len() as u64;
+        self.target.run(seq)
+    }
+
+    /// One sequence of the loop: a mutation (guided, nine in ten) or a fresh random one;
+    /// joins the corpus if it reached a new edge (guided only).
+    fn step(&mut self) -> (Vec<u64>, Exec) {
+        let seq = if self.cfg.mode == Mode::Guided && !self.corpus.is_empty() && !self.rng.chance(1, 10) {
+            self.mutate()
+        } else {
+            self.random_seq()
+        };
+        let e = self.exec(&seq);
+        if self.absorb(&e) && self.cfg.mode == Mode::Guided {
+            self.corpus.push(seq.clone());
+        }
+        (seq, e)
+    }
+
+    /// Adds the coverage of `e`; true if it reached an edge never seen before.
+    fn absorb(&mut self, e: &Exec) -> bool {
+        let mut new = false;
+        for tr in &e.traces {
+            let mut prev = 0u64;
+            for &pc in tr {
+                new |= self.edges.insert(mix(prev) ^ pc);
+                if self.pcs.insert(pc) {
+                    if let Some(f) = self.syms.function_of(pc) {
+                        self.functions.insert(f);
+                    }
+                }
+                prev = pc;
+            }
+        }
+        new
+    }
+
+    fn random_seq(&mut self) -> Vec<u64> {
+        let n = self.rng.range(4, 16) as usize;
+        (0..n).map(|_| self.rng.next_u64()).collect()
+    }
+
+    fn mutate(&mut self) -> Vec<u64> {
+        let mut s = self.rng.pick(&self.corpus).clone();
+        for _ in 0..self.rng.range(1, 4) {
+            let n = s.len();
+            match self.rng.below(6) {
+                0 if n < MAX_LEN => {
+                    let at = self.rng.below(n as u64 + 1) as usize;
+                    s.insert(at, self.rng.next_u64());
+                }
+                1 if n > 1 => {
+                    s.remove(self.rng.below(n as u64) as usize);
+                }
+                2 if n > 0 => {
+                    let at = self.rng.below(n as u64) as usize;
+                    s[at] = self.rng.next_u64();
+                }
+                // The same op again later: the same command kinds, handles and cookies.
+                3 | 4 if n > 0 && n < MAX_LEN => {
+                    let from = self.rng.below(n as u64) as usize;
+                    let at = self.rng.range(from as u64 + 1, n as u64) as usize;
+                    s.insert(at, s[from]);
+                }
+                _ => {
+                    let other = self.rng.pick(&self.corpus).clone();
+                    let cut = self.rng.below(s.len() as u64 + 1) as usize;
+                    let from = self.rng.below(other.len() as u64 + 1) as usize;
+                    s.truncate(cut);
+                    s.extend_from_slice(&other[from..]);
+                    s.truncate(MAX_LEN);
+                }
+            }
+        }
+        if s.is_empty() {
+            s.push(self.rng.next_u64());
+        }
+        s
+    }
+
+    fn sample(&mut self) {
+        self.timeline.push(json!({
+            "t_s": (self.t0.elapsed().as_secs_f64() * 10.0).round() / 10.0,
+            "execs": self.execs, "ops": self.ops, "edges": self.edges.len(),
+            "pcs": self.pcs.len(), "functions": self.functions.len(), "corpus": self.corpus.len(),
+        }));
+    }
+
+    /// Drops ops while the same failure comes back; the shortest sequence found.
+    fn minimise(&mut self, seq: &[u64], sig: &str) -> (Vec<u64>, bool) {
+        let again = self.exec(seq).signature().as_deref() == Some(sig);
+        if !again {
+            return (seq.to_vec(), false);
+        }
+        let mut cur = seq.to_vec();
+        let mut runs = 0;
+        // Later ops first: a failure's cause usually ends the sequence.
+        let mut i = cur.len();
+        while i > 0 && runs < MINIMISE_RUNS {
+            i -= 1;
+            let mut cand = cur.clone();
+            cand.remove(i);
+            runs += 1;
+            if !cand.is_empty() && self.exec(&cand).signature().as_deref() == Some(sig) {
+                cur = cand;
+            }
+        }
+        (cur, true)
+    }
+}
+
+fn hex_seq(seq: &[u64]) -> Vec<String> {
+    seq.iter().map(|s| format!("{s:#x}")).collect()
+}
+
+fn write_json(path: &Path, v: &Value) {
+    if let Err(e) = std::fs::write(path, serde_json::to_string_pretty(v).unwrap_or_default() + "\n") {
+        eprintln!("binder-fuzz: cannot write {}: {e}", path.display());
+    }
+}
+
+/// Runs the guided or random loop, or a replay; the process's exit code.
+pub fn run(cfg: &Config, shm: &'static Shm) -> i32 {
+    let _ = std::fs::create_dir_all(&cfg.out);
+    let kcov: Vec<Kcov> = if cfg.text.is_empty() {
+        vec![]
+    } else {
+        match (0..cfg.threads).map(|_| Kcov::open(KCOV_WORDS)).collect() {
+            Ok(v) => v,
+            Err(e) => {
+                let msg = format!(
+                    "cannot set up KCOV (/sys/kernel/debug/kcov: {e}); boot a kernel with CONFIG_KCOV, e.g. --flavor fuzz"
+                );
+                report("coverage", Status::Fail, 0.0, Some(msg), json!({}));
+                return 1;
+            }
+        }
+    };
+    if cfg.text.is_empty() && cfg.mode != Mode::Replay {
+        let msg = "no driver text ranges (binder_fuzz.text=START-END,...): run it through `cargo make fuzz --guided`, \
+                   which takes them from the flavor's System.map";
+        report("coverage", Status::Fail, 0.0, Some(msg.into()), json!({}));
+        return 1;
+    }
+    let target = Kernel { cfg, shm, kcov, kmsg: Kmsg::open_at_end().ok(), text: cfg.text.clone() };
+    let mut f = Fuzzer {
+        cfg,
+        target: Box::new(target),
+        text: cfg.text.clone(),
+        rng: Rng::new(cfg.seed),
+        corpus: vec![],
+        edges: HashSet::new(),
+        pcs: HashSet::new(),
+        functions: BTreeSet::new(),
+        syms: Symbols::load(&cfg.text),
+        execs: 0,
+        ops: 0,
+        t0: Instant::now(),
+        timeline: vec![],
+    };
+    kmsg::mark(&format!("binder-fuzz: {} mode, seed {:#x}", cfg.mode.name(), cfg.seed));
+    if cfg.mode == Mode::Replay {
+        let e = f.exec(&cfg.replay);
+        let ok = e.failures.is_empty();
+        report(
+            "replay",
+            if ok { Status::Pass } else { Status::Fail },
+            f.t0.elapsed().as_secs_f64() * 1000.0,
+            (!ok).then(|| format!("the sequence reproduces: {}", e.failures.join(" | "))),
+            json!({"seq": hex_seq(&cfg.replay), "threads": cfg.threads, "failures": e.failures}),
+        );
+        return if ok { 0 } else { 1 };
+    }
+    // The first failing sequence of each signature, and when it was found.
+    let mut found: Vec<Found> = vec![];
+    let mut last_sample = Instant::now();
+    f.sample();
+    while f.ops < cfg.ops && f.t0.elapsed().as_secs_f64() < cfg.seconds {
+        let (seq, e) = f.step();
+        if let Some(sig) = e.signature() {
+            if !found.iter().any(|x| x.sig == sig) {
+                eprintln!("binder-fuzz: failure after {} sequences: {}", f.execs, e.failures[0]);
+                found.push(Found {
+                    sig,
+                    seq,
+                    failures: e.failures,
+                    after: json!({"execs": f.execs, "ops": f.ops,
+                                  "seconds": (f.t0.elapsed().as_secs_f64() * 10.0).round() / 10.0}),
+                });
+            }
+            if !cfg.keep_going || found.len() >= MAX_FAILURES {
+                break;
+            }
+        }
+        if last_sample.elapsed() > Duration::from_secs(10) {
+            last_sample = Instant::now();
+            f.sample();
+            eprintln!(
+                "binder-fuzz: {} {} execs, {} ops, {} edges, {} functions after {:.0} s",
+                cfg.mode.name(),
+                f.execs,
+                f.ops,
+                f.edges.len(),
+                f.functions.len(),
+                f.t0.elapsed().as_secs_f64()
+            );
+        }
+    }
+    f.sample();
+    let elapsed = f.t0.elapsed();
+    let never: Vec<String> =
+        (0..f.syms.names.len()).filter(|i| !f.functions.contains(i)).map(|i| f.syms.name(i)).collect();
+    let summary = json!({
+        "mode": cfg.mode.name(), "seed": format!("{:#x}", cfg.seed), "threads": cfg.threads,
+        "execs": f.execs, "ops": f.ops, "target_ops": cfg.ops, "elapsed_s": (elapsed.as_secs_f64() * 10.0).round() / 10.0,
+        "edges": f.edges.len(), "pcs": f.pcs.len(), "functions": f.functions.len(),
+        "functions_total": f.syms.names.len(), "functions_never": never.len(), "corpus": f.corpus.len(),
+        "failures_found": found.iter().map(|x| json!({"signature": x.sig, "after": x.after})).collect::<Vec<_>>(),
+        "text": f.text.iter().map(|(a, b)| format!("{a:#x}-{b:#x}")).collect::<Vec<_>>(),
+    });
+    let mut cov = summary.clone();
+    cov["timeline"] = json!(f.timeline);
+    cov["never_reached"] = json!(never);
+    write_json(&cfg.out.join("coverage.json"), &cov);
+    report("coverage", Status::Pass, elapsed.as_secs_f64() * 1000.0, None, summary);
+
+    if found.is_empty() {
+        report("fuzz", Status::Pass, elapsed.as_secs_f64() * 1000.0, None, json!({"failures": 0}));
+        return 0;
+    }
+    // Minimised after the budget, so that it does not count as fuzzing time.
+    let mut lines = vec![];
+    let mut saved = vec![];
+    for (n, x) in found.iter().enumerate() {
+        let crash = cfg.out.join(format!("crash-{}.json", n + 1));
+        write_json(
+            &crash,
+            &json!({"seq": hex_seq(&x.seq), "threads": cfg.threads, "flavor": cfg.flavor, "failures": x.failures}),
+        );
+        let (min, reproduced) = f.minimise(&x.seq, &x.sig);
+        let repro = cfg.out.join(format!("repro-{}.json", n + 1));
+        write_json(
+            &repro,
+            &json!({
+                "format": "binder-fuzz-repro/1", "seq": hex_seq(&min), "threads": cfg.threads, "flavor": cfg.flavor,
+                "signature": x.sig, "failure": x.failures[0], "found_after": x.after, "original_len": x.seq.len(),
+                "reproduced": reproduced,
+            }),
+        );
+        lines.push(format!(
+            "{} after {} sequences; minimised from {} to {} ops{}; replay: cargo make fuzz --replay \
+             RUN_DIR/collect/fuzz{}",
+            x.failures[0],
+            x.after["execs"],
+            x.seq.len(),
+            min.len(),
+            if reproduced { "" } else { " (did not come back on a second run: not minimised)" },
+            repro.display()
+        ));
+        saved.push(json!({"seq": hex_seq(&min), "signature": x.sig, "reproduced": reproduced,
+                          "file": repro.display().to_string()}));
+    }
+    report("fuzz", Status::Fail, elapsed.as_secs_f64() * 1000.0, Some(lines.join(" | ")), json!({"found": saved}));
+    1
+}
+
+/// A failure the loop found: the first sequence with that signature.
+struct Found {
+    sig: String,
+    seq: Vec<u64>,
+    failures: Vec<String>,
+    after: Value,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(mode: Mode) -> &'static Config {
+        Box::leak(Box::new(Config {
+            mode,
+            seed: 1,
+            ops: 0,
+            seconds: 0.0,
+            threads: 2,
+            device: String::new(),
+            text: vec![(0x1000, 0x2000)],
+            replay: vec![],
+            out: PathBuf::new(),
+            hang_s: 1.0,
+            flavor: String::new(),
+            keep_going: false,
+        }))
+    }
+
+    /// A model of a bug behind a chain of conditions: op `i` of a sequence advances the
+    /// state if its seed is the state's number mod 32, and each state runs a block of its
+    /// own; state `DEPTH` is the bug. A random sequence of 4-16 ops reaches it less than once
+    /// in 10^5 (C(16,6)/32^6 for the longest); each step of the chain is a new edge, which
+    /// the guided loop can climb.
+    struct Chain;
+    const DEPTH: u64 = 6;
+
+    impl Target for Chain {
+        fn run(&mut self, seq: &[u64]) -> Exec {
+            let mut state = 0;
+            let mut trace = vec![];
+            for &op in seq {
+                if op % 32 == state {
+                    state += 1;
+                }
+                trace.push(0x1000 + 0x10 * state);
+            }
+            let failures = if state >= DEPTH { vec!["warning: WARNING: at chain.rs:6 f".into()] } else { vec![] };
+            Exec { traces: vec![trace], failures }
+        }
+    }
+
+    fn fuzzer(mode: Mode) -> Fuzzer<'static> {
+        let cfg = config(mode);
+        Fuzzer {
+            cfg,
+            target: Box::new(Chain),
+            text: cfg.text.clone(),
+            rng: Rng::new(7),
+            corpus: vec![],
+            edges: HashSet::new(),
+            pcs: HashSet::new(),
+            functions: BTreeSet::new(),
+            syms: Symbols { starts: vec![0x1000, 0x1800], names: vec!["f".into(), "g".into()] },
+            execs: 0,
+            ops: 0,
+            t0: Instant::now(),
+            timeline: vec![],
+        }
+    }
+
+    /// Sequences run until the model's bug shows, at most `budget`; how many it took.
+    fn sequences_to_the_bug(mode: Mode, budget: u64) -> Option<u64> {
+        let mut f = fuzzer(mode);
+        (0..budget).find(|_| !f.step().1.failures.is_empty()).map(|_| f.execs)
+    }
+
+    #[test]
+    fn guided_climbs_a_chain_random_does_not() {
+        let guided = sequences_to_the_bug(Mode::Guided, 30_000);
+        assert!(guided.is_some(), "guided did not reach depth {DEPTH} in 30000 sequences");
+        // The figure of docs/src/results/guided-fuzzing.md (shown with --nocapture).
+        eprintln!("guided: depth {DEPTH} after {} sequences", guided.unwrap());
+        assert_eq!(sequences_to_the_bug(Mode::Random, 30_000), None, "random reached it: the model is too easy");
+    }
+
+    #[test]
+    fn new_edges_not_new_pcs_decide() {
+        let mut f = fuzzer(Mode::Guided);
+        let e = |t: &[u64]| Exec { traces: vec![t.to_vec()], failures: vec![] };
+        assert!(f.absorb(&e(&[0x1000, 0x1010, 0x1020])));
+        assert!(!f.absorb(&e(&[0x1000, 0x1010, 0x1020])), "nothing new the second time");
+        // The same PCs in another order: new edges.
+        assert!(f.absorb(&e(&[0x1000, 0x1020])));
+        assert_eq!((f.pcs.len(), f.functions.len()), (3, 1));
+        assert!(f.absorb(&e(&[0x1800])));
+        assert_eq!(f.functions.len(), 2);
+        assert_eq!(f.syms.function_of(0x17ff), Some(0));
+        assert_eq!(f.syms.function_of(0xfff), None);
+    }
+
+    #[test]
+    fn mutations_stay_in_bounds_and_repeat_ops() {
+        let mut f = fuzzer(Mode::Guided);
+        f.corpus = vec![vec![1, 2, 3], (10..10 + MAX_LEN as u64).collect()];
+        let mut repeated = false;
+        for _ in 0..2000 {
+            let m = f.mutate();
+            assert!(!m.is_empty() && m.len() <= MAX_LEN, "{m:?}");
+            let mut u = m.clone();
+            u.sort();
+            u.dedup();
+            repeated |= u.len() < m.len();
+        }
+        assert!(repeated, "no mutation repeated an op");
+    }
+
+    #[test]
+    fn ranges_sequences_and_signatures() {
+        assert_eq!(parse_ranges("0x10-0x20,30-40"), Some(vec![(0x10, 0x20), (0x30, 0x40)]));
+        assert_eq!(parse_ranges("0x20-0x10"), None);
+        assert_eq!(parse_seq("0x1,ff"), Some(vec![1, 0xff]));
+        assert_eq!(
+            signature("warning: WARNING: CPU: 1 PID: 77 at drivers/android/binder/freeze.rs:109 do_work+0x1/0x2"),
+            "warning at drivers/android/binder/freeze.rs:109"
+        );
+    }
+}

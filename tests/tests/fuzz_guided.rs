@@ -1,0 +1,115 @@
+//! `lab fuzz --guided` and `lab fuzz --replay`: a KCOV flavor is required (named in the
+//! error); on the KCOV kernels (ignored until their first build has been measured, see
+//! docs/src/results/guided-fuzzing.md) a short guided run on the fuzz flavor reports the
+//! binder driver's coverage over time and the functions it never reached, and a guided run
+//! on fuzz-planted finds the planted bug, whose saved sequence replays its splat there and
+//! nothing on fuzz. The fuzz kernel is a cold build the first time; fuzz-planted starts from
+//! a copy of its O= directory.
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+/// Where the planted bug's warning points.
+const PLANTED_AT: &str = "drivers/android/binder/freeze.rs";
+
+/// Runs `lab fuzz ARGS`; whether it passed, its stdout, and its run directory.
+fn lab_fuzz(args: &[&str]) -> (bool, String, PathBuf) {
+    let out = lab_tests::lab().arg("fuzz").args(args).output().expect("lab runs");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let dir = stdout
+        .lines()
+        .find_map(|l| Some(l.split_once("reports: ")?.1.split_once("/junit.xml")?.0.to_string()))
+        .unwrap_or_else(|| {
+            panic!("no run directory in the output:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr))
+        });
+    (out.status.success(), stdout, PathBuf::from(dir))
+}
+
+/// The results of one case in the run's results.jsonl.
+fn result(dir: &Path, case: &str) -> Value {
+    let text = std::fs::read_to_string(dir.join("results.jsonl")).expect("results.jsonl");
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|v| v["case"] == case)
+        .unwrap_or_else(|| panic!("no {case} result in {}", dir.display()))
+}
+
+/// `lab fuzz ARGS` that must fail before any boot; its stderr.
+fn refused(args: &[&str]) -> String {
+    let out = lab_tests::lab().arg("fuzz").args(args).output().expect("lab runs");
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "{err}");
+    err
+}
+
+#[test]
+fn bad_input_is_named_before_any_boot() {
+    let err = refused(&["--guided", "--flavor", "debug"]);
+    assert!(err.contains("debug has no CONFIG_KCOV") && err.contains("--flavor fuzz"), "{err}");
+    let tmp = tempfile::tempdir().unwrap();
+    let missing = tmp.path().join("repro-9.json");
+    let err = refused(&["--replay", missing.to_str().unwrap()]);
+    assert!(err.contains("repro-9.json"), "{err}");
+    std::fs::write(&missing, r#"{"seq": ["0x1", "zz"], "threads": 2}"#).unwrap();
+    let err = refused(&["--replay", missing.to_str().unwrap()]);
+    assert!(err.contains("hex seeds"), "{err}");
+    let err = refused(&["--guided", "--unguided"]);
+    assert!(err.contains("--unguided"), "{err}");
+}
+
+#[test]
+#[ignore = "needs the fuzz kernel (a cold build); not yet run"]
+fn guided_run_reports_driver_coverage() {
+    let (ok, out, dir) =
+        lab_fuzz(&["--guided", "--append", "binder_fuzz.ops=300", "--append", "binder_fuzz.seconds=120"]);
+    assert!(ok, "{out}");
+    let cov: Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.join("collect/fuzz/tmp/binder-fuzz/coverage.json")).expect("coverage.json"),
+    )
+    .unwrap();
+    assert_eq!(cov["mode"], "guided", "{cov}");
+    let n = |k: &str| cov[k].as_u64().unwrap_or_else(|| panic!("{k} in {cov}"));
+    assert!(n("edges") > 100 && n("pcs") > 100, "{cov}");
+    // Some of the driver's functions, not all: the set is the driver's, not the kernel's.
+    assert!(n("functions") > 20 && n("functions") < n("functions_total"), "{cov}");
+    let never = cov["never_reached"].as_array().unwrap();
+    assert_eq!(never.len() as u64, n("functions_never"));
+    assert!(never
+        .iter()
+        .all(|f| f.as_str().unwrap().contains("rust_binder") || f.as_str().unwrap().contains("binder")));
+    assert!(cov["timeline"].as_array().unwrap().len() >= 2, "{cov}");
+}
+
+// Not yet run: the fuzz kernels' first (cold) build did not finish in the session that wrote
+// this; the budget (the planted bug's first find, with this seed) is to be measured with
+//   cargo test -p lab-tests --test fuzz_guided -- --ignored
+#[test]
+#[ignore = "needs the fuzz and fuzz-planted kernels; budget not yet measured"]
+fn guided_finds_the_planted_bug_and_its_replay_brings_the_splat_back_only_there() {
+    let (ok, out, dir) = lab_fuzz(&[
+        "--guided",
+        "--flavor",
+        "fuzz-planted",
+        "--append",
+        "binder_fuzz.seed=0x5eed",
+        "--append",
+        "binder_fuzz.ops=20000",
+    ]);
+    assert!(!ok, "the guided run did not find the planted bug:\n{out}");
+    let fuzz = result(&dir, "fuzz");
+    assert!(fuzz["message"].as_str().unwrap().contains(PLANTED_AT), "{fuzz}");
+    let repro = dir.join("collect/fuzz/tmp/binder-fuzz/repro-1.json");
+    let saved: Value = serde_json::from_str(&std::fs::read_to_string(&repro).expect("repro-1.json")).unwrap();
+    assert_eq!(saved["flavor"], "fuzz-planted", "{saved}");
+    assert_eq!(saved["reproduced"], true, "{saved}");
+    // One command replays it: the splat again.
+    let (ok, out, dir) = lab_fuzz(&["--replay", repro.to_str().unwrap()]);
+    assert!(!ok, "the saved sequence passed:\n{out}");
+    let r = result(&dir, "replay");
+    assert_eq!(r["status"], "fail", "{r}");
+    assert!(r["message"].as_str().unwrap().contains(PLANTED_AT), "{r}");
+    assert!(out.contains("reproduce: cargo make fuzz") && out.contains("--replay"), "{out}");
+    // The same sequence on the driver without the planted patch: clean.
+    let (ok, out, _) = lab_fuzz(&["--replay", repro.to_str().unwrap(), "--flavor", "fuzz"]);
+    assert!(ok, "{out}");
+}
