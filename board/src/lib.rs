@@ -55,6 +55,7 @@
 
 mod cache_model;
 mod dtb;
+mod dvfs;
 mod eas;
 mod error;
 mod expect;
@@ -65,13 +66,16 @@ mod timing;
 mod topology;
 mod validate;
 
-pub use dtb::{dtb_to_dts, generate_dtb, qemu_dtb_key};
+pub use dtb::{dtb_to_dts, generate_dtb, generate_dtb_with, qemu_dtb_key};
+pub use dvfs::{
+    cpufreq_domains, cpufreq_hw_reg, lut_words, CpufreqDomain, LutRow, ALTERNATE_HZ, CPUFREQ_HW_BASE, XO_HZ,
+};
 pub use eas::{
     compare_eas, em_cost, expected_domains, opp_power_uw, perf_domains, DomainExpect, DomainObserved, EasObserved,
     PolicyObserved, StateObserved,
 };
 pub use error::BoardError;
-pub use model::{Board, Cache, Cluster, ClusterEas, CpuMap, CpuMapLayout, Timing};
+pub use model::{Board, Cache, Cluster, ClusterDvfs, ClusterEas, CpuMap, CpuMapLayout, IdleState, Opp, Timing};
 pub use timing::derived_ps_per_insn;
 pub use topology::{
     compare, cpu_map_clusters, expected_capacities, expected_topology, format_cpulist, parse_cpulist, CpuExpect,

@@ -80,8 +80,13 @@ pub(crate) fn validate(raw: BoardFile, file: &str) -> Result<(Board, Option<Expe
         cpu_map: CpuMap { layout: raw.cpu_map.layout, socket: raw.cpu_map.socket },
         clusters,
         l3,
+        cluster_idle: crate::dvfs::check_idle(&cx, "cluster_idle", &raw.cluster_idle)?,
     };
     check_eas_board(&cx, &board)?;
+    let mut board = board;
+    for (i, (c, file)) in board.clusters.iter_mut().zip(&raw.clusters).enumerate() {
+        c.dvfs = crate::dvfs::check_dvfs(&cx, &format!("clusters[{i}].dvfs"), file, c.max_khz)?;
+    }
     Ok((board, raw.expect))
 }
 
@@ -235,10 +240,13 @@ fn check_cluster(cx: &Ctx<'_>, i: usize, c: &ClusterFile) -> Result<Cluster, Boa
         l1d: cache("l1d", c.l1d)?,
         l2: cache("l2", c.l2)?,
         eas: check_eas(cx, &f("eas"), c.eas)?,
+        // Checked once the board's eas tables are (check_eas_board): it needs them.
+        dvfs: None,
+        idle: crate::dvfs::check_idle(cx, &f("idle"), &c.idle)?,
     })
 }
 
-fn mhz_to_khz(mhz: f64) -> Result<u32, String> {
+pub(crate) fn mhz_to_khz(mhz: f64) -> Result<u32, String> {
     if !mhz.is_finite() || mhz <= 0.0 || mhz >= 10_000.0 {
         return Err(format!("{mhz} MHz is out of range"));
     }
