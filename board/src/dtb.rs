@@ -120,23 +120,34 @@ pub fn generate_dtb_with(board: &Board, qemu_dtb: &[u8], dvfs: bool) -> Result<V
     Ok(tree.to_dtb())
 }
 
+/// A root `fixed-clock` node; returns its phandle.
+fn add_fixed_clock(
+    root: &mut DeviceTreeNode,
+    name: &str,
+    hz: u32,
+    output: &str,
+    phandles: &mut Phandles,
+) -> Result<u32> {
+    ensure!(root.child(name).is_none(), "QEMU DTB already has a /{name} node");
+    let ph = phandles.alloc()?;
+    root.add_child(
+        DeviceTreeNode::builder(name)?
+            .property(prop("compatible", "fixed-clock")?)
+            .property(prop("#clock-cells", 0u32)?)
+            .property(prop("clock-frequency", hz)?)
+            .property(prop("clock-output-names", output)?)
+            .property(prop("phandle", ph)?)
+            .build(),
+    );
+    Ok(ph)
+}
+
 /// Root fixed clocks, one per board cluster; returns their phandles.
 fn add_cluster_clocks(root: &mut DeviceTreeNode, board: &Board, phandles: &mut Phandles) -> Result<Vec<u32>> {
     let mut clk_phandles = Vec::new();
     for (i, c) in board.clusters().iter().enumerate() {
-        let name = format!("clk-cluster{i}");
-        ensure!(root.child(&name).is_none(), "QEMU DTB already has a /{name} node");
-        let ph = phandles.alloc()?;
-        clk_phandles.push(ph);
-        root.add_child(
-            DeviceTreeNode::builder(name)?
-                .property(prop("compatible", "fixed-clock")?)
-                .property(prop("#clock-cells", 0u32)?)
-                .property(prop("clock-frequency", c.clock_hz())?)
-                .property(prop("clock-output-names", format!("cpu-clk-{}", c.name))?)
-                .property(prop("phandle", ph)?)
-                .build(),
-        );
+        let output = format!("cpu-clk-{}", c.name);
+        clk_phandles.push(add_fixed_clock(root, &format!("clk-cluster{i}"), c.clock_hz(), &output, phandles)?);
     }
     Ok(clk_phandles)
 }
@@ -208,21 +219,10 @@ fn cpu_map(board: &Board, cpu_phandles: &[u32]) -> Result<DeviceTreeNode> {
 /// phandle. Register blocks as on the SM8150, at [`crate::CPUFREQ_HW_BASE`] instead of
 /// 0x18323000 (inside virt's PCIe MMIO window).
 fn add_cpufreq_hw(root: &mut DeviceTreeNode, board: &Board, phandles: &mut Phandles) -> Result<u32> {
-    let mut clocks = Vec::new();
-    for (name, hz, output) in [("clk-xo", crate::XO_HZ, "xo"), ("clk-gpll0", crate::ALTERNATE_HZ, "gpll0")] {
-        ensure!(root.child(name).is_none(), "QEMU DTB already has a /{name} node");
-        let ph = phandles.alloc()?;
-        clocks.push(ph);
-        root.add_child(
-            DeviceTreeNode::builder(name)?
-                .property(prop("compatible", "fixed-clock")?)
-                .property(prop("#clock-cells", 0u32)?)
-                .property(prop("clock-frequency", hz)?)
-                .property(prop("clock-output-names", output)?)
-                .property(prop("phandle", ph)?)
-                .build(),
-        );
-    }
+    let clocks = [
+        add_fixed_clock(root, "clk-xo", crate::XO_HZ, "xo", phandles)?,
+        add_fixed_clock(root, "clk-gpll0", crate::ALTERNATE_HZ, "gpll0", phandles)?,
+    ];
     let name = format!("cpufreq@{:x}", crate::CPUFREQ_HW_BASE);
     ensure!(root.child(&name).is_none(), "QEMU DTB already has a /{name} node");
     let mut reg = Vec::new();

@@ -11,7 +11,6 @@
 use crate::error::{BoardError, Ctx};
 use crate::model::{Board, ClusterDvfs, IdleState, Opp};
 use crate::schema::{ClusterFile, IdleStateFile};
-use crate::validate::mhz_to_khz;
 
 /// The `xo` clock: the SM8150's 19.2 MHz crystal (sm8150.dtsi `rpmhcc RPMH_CXO_CLK`); every
 /// PLL-sourced OPP is a whole multiple L of it.
@@ -195,4 +194,20 @@ pub(crate) fn check_idle(cx: &Ctx<'_>, field: &str, raw: &[IdleStateFile]) -> Re
         });
     }
     Ok(out)
+}
+
+/// MHz as written in a board file to whole kHz (cpufreq's unit), fitting the DT's u32 Hz.
+pub(crate) fn mhz_to_khz(mhz: f64) -> Result<u32, String> {
+    if !mhz.is_finite() || mhz <= 0.0 || mhz >= 10_000.0 {
+        return Err(format!("{mhz} MHz is out of range"));
+    }
+    let khz = (mhz * 1000.0).round();
+    if (mhz * 1000.0 - khz).abs() > 1e-6 {
+        return Err(format!("{mhz} MHz is not a whole number of kHz"));
+    }
+    // clock-frequency is u32 Hz.
+    if khz * 1000.0 > f64::from(u32::MAX) {
+        return Err(format!("{mhz} MHz does not fit the DT's 32-bit clock-frequency"));
+    }
+    Ok(khz as u32)
 }

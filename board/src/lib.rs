@@ -71,8 +71,8 @@ pub use dvfs::{
     cpufreq_domains, cpufreq_hw_reg, lut_words, CpufreqDomain, LutRow, ALTERNATE_HZ, CPUFREQ_HW_BASE, XO_HZ,
 };
 pub use eas::{
-    compare_eas, em_cost, expected_domains, opp_power_uw, perf_domains, DomainExpect, DomainObserved, EasObserved,
-    PolicyObserved, StateObserved,
+    compare_eas, compare_eas_with, em_cost, expected_domains, expected_states, opp_power_uw, perf_domains,
+    DomainExpect, DomainObserved, EasObserved, PolicyObserved, StateExpect, StateObserved,
 };
 pub use error::BoardError;
 pub use model::{Board, Cache, Cluster, ClusterDvfs, ClusterEas, CpuMap, CpuMapLayout, IdleState, Opp, Timing};

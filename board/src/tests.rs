@@ -534,6 +534,7 @@ fn eas_report(b: &Board) -> EasObserved {
                 driver: Some("cpufreq-dt".into()),
                 cur_khz: Some(d.khz.into()),
                 max_khz: Some(d.khz.into()),
+                available_khz: Some(vec![d.khz.into()]),
             })
             .collect(),
         energy_model: domains
@@ -773,4 +774,67 @@ fn sa8155p_dtb_dvfs_describes_the_cpufreq_hw() {
     let up = board(UPSTREAM, "board/sm8150-upstream.toml");
     let e = generate_dtb_with(&up, FIXTURE, true).unwrap_err().to_string();
     assert!(e.contains("no OPP list on every cluster") && e.contains("--dvfs"), "{e}");
+}
+
+/// A guest report as `--dvfs` should give it, built from the board.
+fn dvfs_report(b: &Board) -> EasObserved {
+    let mut o = EasObserved { sched_energy_aware: Some("1".into()), ..Default::default() };
+    let mut log = String::from("root_domain 0-7:");
+    for (i, c) in b.clusters().iter().enumerate() {
+        let states = expected_states(b, c);
+        let cpus = format_cpulist(&c.cpus);
+        log.push_str(&format!(" pd{}:{{ cpus={cpus} nr_pstate={} }}", c.cpus[0], states.len()));
+        o.policies.push(PolicyObserved {
+            policy: c.cpus[0],
+            cpus: Some(cpus.clone()),
+            governor: Some("schedutil".into()),
+            driver: Some("qcom-cpufreq-hw".into()),
+            cur_khz: Some(u64::from(states[0].khz)),
+            max_khz: Some(u64::from(c.max_khz)),
+            available_khz: Some(states.iter().rev().map(|s| u64::from(s.khz)).collect()),
+        });
+        o.energy_model.push(DomainObserved {
+            name: format!("cpu{i}"),
+            cpus: Some(cpus),
+            states: states
+                .iter()
+                .map(|s| StateObserved {
+                    khz: Some(u64::from(s.khz)),
+                    power: Some(s.power_uw),
+                    cost: Some(s.cost),
+                    performance: None,
+                })
+                .collect(),
+        });
+    }
+    o.log = vec![log, "sched_energy_set: starting EAS".into()];
+    o
+}
+
+#[test]
+fn dvfs_energy_model_has_every_opp() {
+    let b = sa8155p();
+    let silver = expected_states(&b, &b.clusters()[0]);
+    // The top OPP is the single-OPP model's state; 300 MHz at 0.6 V: 232 x 600² x 300 / 10⁶.
+    assert_eq!((silver[17].power_uw, silver[17].cost), (opp_power_uw(&b.clusters()[0]).unwrap(), 10961));
+    assert_eq!(silver[0].power_uw, 232 * 600 * 600 * 300 / 1_000_000);
+    // With one assumed 0.60 V floor for every cluster, gold's lowest OPP (710.4 MHz) is still
+    // cheaper per unit of capacity than silver's 300 MHz: sm8150.dtsi's coefficients per unit
+    // of capacity are 232 x 1785.6 / 306 = 1354 (silver) against 369 x 2419.2 / 871 = 1025
+    // (gold), so silver wins only below sqrt(1025 / 1354) x 0.60 V = 0.52 V at 300 MHz.
+    // Pinned here because EAS's placement of light work follows from it (docs/src/design/dvfs.md).
+    let gold = expected_states(&b, &b.clusters()[1]);
+    assert_eq!((silver[0].cost, gold[0].cost), (4912, 3698));
+    assert!(silver.windows(2).all(|w| w[0].cost <= w[1].cost), "no inefficient OPPs");
+    let ok = dvfs_report(&b);
+    assert_eq!(compare_eas_with(&b, &ok, true), Vec::<String>::new());
+    let mut short = ok.clone();
+    short.policies[1].available_khz.as_mut().unwrap().pop();
+    short.energy_model[2].states.pop();
+    let p = compare_eas_with(&b, &short, true);
+    assert_eq!(p.len(), 2, "{p:?}");
+    assert!(p[0].starts_with("board: cpus 4-6 OPPs") && p[1].starts_with("board: cpus 7 energy model"), "{p:?}");
+    let mut dt = ok;
+    dt.policies[0].driver = Some("cpufreq-dt".into());
+    assert!(compare_eas_with(&b, &dt, true)[0].contains("qcom-cpufreq-hw with schedutil"));
 }

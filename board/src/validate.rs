@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use crate::dvfs::mhz_to_khz;
 use crate::error::{BoardError, Ctx};
 use crate::model::{Board, Cache, Cluster, ClusterEas, CpuMap};
 use crate::schema::{BoardFile, CacheFile, ClusterFile, EasFile, ExpectFile, QemuFile};
@@ -244,21 +245,6 @@ fn check_cluster(cx: &Ctx<'_>, i: usize, c: &ClusterFile) -> Result<Cluster, Boa
         dvfs: None,
         idle: crate::dvfs::check_idle(cx, &f("idle"), &c.idle)?,
     })
-}
-
-pub(crate) fn mhz_to_khz(mhz: f64) -> Result<u32, String> {
-    if !mhz.is_finite() || mhz <= 0.0 || mhz >= 10_000.0 {
-        return Err(format!("{mhz} MHz is out of range"));
-    }
-    let khz = (mhz * 1000.0).round();
-    if (mhz * 1000.0 - khz).abs() > 1e-6 {
-        return Err(format!("{mhz} MHz is not a whole number of kHz"));
-    }
-    // clock-frequency is u32 Hz.
-    if khz * 1000.0 > f64::from(u32::MAX) {
-        return Err(format!("{mhz} MHz does not fit the DT's 32-bit clock-frequency"));
-    }
-    Ok(khz as u32)
 }
 
 fn check_cache(cx: &Ctx<'_>, field: &str, c: Option<CacheFile>) -> Result<Option<Cache>, BoardError> {

@@ -123,6 +123,11 @@ pub struct RunFields {
     /// Boot without the board's energy model: no cpufreq, no EAS (as before EAS was board data).
     #[arg(long, env = "LAB_NO_EAS")]
     pub no_eas: bool,
+    /// Guest-driven DVFS: the board's clusters become frequency domains of an emulated
+    /// qcom,cpufreq-hw with every OPP of the board (needs --qemu lab; with --tcg hicount an OPP
+    /// change changes the domain's speed).
+    #[arg(long)]
+    pub dvfs: bool,
     /// Which QEMU: the system's, or the lab's patched build (qemu/, built on first use).
     #[arg(long, value_enum, env = "LAB_QEMU", default_value = "system")]
     pub qemu: crate::kbuild::qemu::Choice,
@@ -249,6 +254,7 @@ impl RunArgs {
             dump: self.dump.as_ref().map(|p| std::path::absolute(p).unwrap_or_else(|_| p.clone())),
             trace: self.trace.clone(),
             no_eas: self.no_eas,
+            dvfs: self.dvfs,
             jobs: self.jobs.map_or_else(crate::harness::boots::default_jobs, |j| j as usize),
             ..Default::default()
         })
@@ -300,6 +306,7 @@ mod tests {
         ("verbose", &[]),
         ("append", &["a=b c", "-x"]),
         ("no-eas", &[]),
+        ("dvfs", &[]),
         ("qemu", &["lab"]),
         ("plugin", &["p.so,arg={run}/x", "q.so"]),
         ("cache", &[]),

@@ -49,6 +49,8 @@ pub struct RunOpts {
     pub trace: Option<labproto::TraceSpec>,
     /// Boot the board without its energy model (no OPP tables, so no cpufreq and no EAS).
     pub no_eas: bool,
+    /// Clusters as frequency domains of the lab QEMU's emulated qcom,cpufreq-hw (`--dvfs`).
+    pub dvfs: bool,
     /// The system QEMU or the lab's build (`qemu/`).
     pub qemu: crate::kbuild::qemu::Choice,
     /// TCG plugins (`path,arg=value`); `{run}` in an argument becomes the run directory.
@@ -94,6 +96,7 @@ impl Default for RunOpts {
             dump: None,
             trace: None,
             no_eas: false,
+            dvfs: false,
             qemu: Default::default(),
             plugins: vec![],
             cache: false,

@@ -75,6 +75,8 @@ fn policies(cpufreq: &Path) -> Vec<Value> {
                 "driver": read_trim(&d.join("scaling_driver")),
                 "cur_khz": num("scaling_cur_freq"),
                 "max_khz": num("cpuinfo_max_freq"),
+                "available_khz": read_trim(&d.join("scaling_available_frequencies"))
+                    .map(|s| s.split_whitespace().filter_map(|f| f.parse::<u64>().ok()).collect::<Vec<_>>()),
             })
         })
         .collect()
@@ -272,11 +274,14 @@ mod tests {
             put(&root, &format!("em/cpu{n}/ps:{khz}/cost"), "9248\n");
         }
         put(&root, "em/cpu4/ps:576000/frequency", "576000\n");
+        put(&root, "cpufreq/policy0/scaling_available_frequencies", "300000 1785600 \n");
         let v = eas(&root.join("sysctl"), &root.join("cpufreq"), &root.join("em"), vec!["starting EAS".into()]);
         fs::remove_dir_all(&root).unwrap();
         assert_eq!(v["sched_energy_aware"], "1");
         assert_eq!(v["policies"][0]["cpus"], "0-3");
         assert_eq!(v["policies"][1]["governor"], "schedutil");
+        assert_eq!(v["policies"][0]["available_khz"], json!([300000, 1785600]));
+        assert_eq!(v["policies"][1]["available_khz"], Value::Null);
         assert_eq!(v["policies"][1]["max_khz"], 2419200);
         assert_eq!(v["energy_model"][1]["name"], "cpu4");
         assert_eq!(v["energy_model"][1]["cpus"], "4-6");
