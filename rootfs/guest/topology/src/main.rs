@@ -212,8 +212,11 @@ fn main() {
     let (status, message, mut data) = collect(Path::new("/sys/devices/system/cpu"), domains);
     let sysctl = Path::new("/proc/sys/kernel/sched_energy_aware");
     let log = eas_probe(sysctl);
-    data["eas"] =
-        eas(sysctl, Path::new("/sys/devices/system/cpu/cpufreq"), Path::new("/sys/kernel/debug/energy_model"), log);
+    // A cpufreq driver that registers before fs_initcall (qcom-cpufreq-hw, postcore) puts its
+    // domains at the debugfs root: kernel/power/energy_model.c's rootdir does not exist yet.
+    let em = Path::new("/sys/kernel/debug/energy_model");
+    let em = if energy_model(em).is_empty() { Path::new("/sys/kernel/debug") } else { em };
+    data["eas"] = eas(sysctl, Path::new("/sys/devices/system/cpu/cpufreq"), em, log);
     data["sched_verbose_toggled"] = guard.restore.into();
     drop(guard);
     report("topology", status, t.elapsed().as_secs_f64() * 1000.0, message, data);
