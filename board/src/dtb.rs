@@ -52,6 +52,20 @@ pub fn dtb_to_dts(dtb: &[u8]) -> Result<String> {
 /// Logical CPU N is the Nth cpu node, which is how arm64 Linux numbers them.
 /// New phandles are allocated above the largest one already in the tree.
 pub fn generate_dtb(board: &Board, qemu_dtb: &[u8]) -> Result<Vec<u8>> {
+    generate_dtb_with(board, qemu_dtb, false)
+}
+
+/// [`generate_dtb`], with `dvfs` the board's clusters as frequency domains of the lab QEMU's
+/// emulated `qcom,cpufreq-hw` at [`crate::CPUFREQ_HW_BASE`] (`--dvfs`): the node
+/// sm8150.dtsi has (clocks `xo` and `alternate`, `#freq-domain-cells`), each cpu node's
+/// `qcom,freq-domain`, and no `operating-points-v2`: without one the driver takes its OPPs
+/// from the LUTs, may switch from the scheduler (`fast_switch`), and cpufreq-dt stays away.
+pub fn generate_dtb_with(board: &Board, qemu_dtb: &[u8], dvfs: bool) -> Result<Vec<u8>> {
+    ensure!(
+        !dvfs || board.has_dvfs(),
+        "board {} has no OPP list on every cluster (clusters[].dvfs): add them or run without --dvfs",
+        board.source()
+    );
     let fdt = Fdt::new(qemu_dtb).map_err(|e| anyhow!("QEMU DTB does not parse: {e}"))?;
     // The writer always emits boot_cpuid_phys 0; refuse rather than silently change it.
     ensure!(fdt.boot_cpuid_phys() == 0, "QEMU DTB has boot_cpuid_phys {}, expected 0", fdt.boot_cpuid_phys());
@@ -60,7 +74,11 @@ pub fn generate_dtb(board: &Board, qemu_dtb: &[u8]) -> Result<Vec<u8>> {
     let mut phandles = Phandles::new(max_phandle(&tree.root))?;
     let clk_phandles = add_cluster_clocks(&mut tree.root, board, &mut phandles)?;
 
-    let opp_phandles = add_opp_tables(&mut tree, board, &mut phandles)?;
+    let (opp_phandles, cpufreq_hw) = if dvfs {
+        (vec![None; board.clusters().len()], Some(add_cpufreq_hw(&mut tree.root, board, &mut phandles)?))
+    } else {
+        (add_opp_tables(&mut tree, board, &mut phandles)?, None)
+    };
 
     let cpus = tree.root.child_mut("cpus").ok_or_else(|| anyhow!("QEMU DTB has no /cpus node"))?;
     let cpu_names: Vec<String> = (*cpus).children().filter(|n| is_cpu_node(n)).map(|n| n.name().to_string()).collect();
@@ -86,6 +104,12 @@ pub fn generate_dtb(board: &Board, qemu_dtb: &[u8]) -> Result<Vec<u8>> {
             node.add_property(prop("operating-points-v2", opp)?);
             node.add_property(prop("dynamic-power-coefficient", e.dynamic_power_coefficient)?);
         }
+        if let Some(hw) = cpufreq_hw {
+            node.add_property(prop("qcom,freq-domain", [hw, cluster_idx as u32].as_slice())?);
+            if let Some(e) = cluster.eas {
+                node.add_property(prop("dynamic-power-coefficient", e.dynamic_power_coefficient)?);
+            }
+        }
     }
     if let (Some(l3), Some(ph)) = (board.l3(), l3_phandle) {
         cpus.remove_child("l3-cache");
@@ -96,23 +120,34 @@ pub fn generate_dtb(board: &Board, qemu_dtb: &[u8]) -> Result<Vec<u8>> {
     Ok(tree.to_dtb())
 }
 
+/// A root `fixed-clock` node; returns its phandle.
+fn add_fixed_clock(
+    root: &mut DeviceTreeNode,
+    name: &str,
+    hz: u32,
+    output: &str,
+    phandles: &mut Phandles,
+) -> Result<u32> {
+    ensure!(root.child(name).is_none(), "QEMU DTB already has a /{name} node");
+    let ph = phandles.alloc()?;
+    root.add_child(
+        DeviceTreeNode::builder(name)?
+            .property(prop("compatible", "fixed-clock")?)
+            .property(prop("#clock-cells", 0u32)?)
+            .property(prop("clock-frequency", hz)?)
+            .property(prop("clock-output-names", output)?)
+            .property(prop("phandle", ph)?)
+            .build(),
+    );
+    Ok(ph)
+}
+
 /// Root fixed clocks, one per board cluster; returns their phandles.
 fn add_cluster_clocks(root: &mut DeviceTreeNode, board: &Board, phandles: &mut Phandles) -> Result<Vec<u32>> {
     let mut clk_phandles = Vec::new();
     for (i, c) in board.clusters().iter().enumerate() {
-        let name = format!("clk-cluster{i}");
-        ensure!(root.child(&name).is_none(), "QEMU DTB already has a /{name} node");
-        let ph = phandles.alloc()?;
-        clk_phandles.push(ph);
-        root.add_child(
-            DeviceTreeNode::builder(name)?
-                .property(prop("compatible", "fixed-clock")?)
-                .property(prop("#clock-cells", 0u32)?)
-                .property(prop("clock-frequency", c.clock_hz())?)
-                .property(prop("clock-output-names", format!("cpu-clk-{}", c.name))?)
-                .property(prop("phandle", ph)?)
-                .build(),
-        );
+        let output = format!("cpu-clk-{}", c.name);
+        clk_phandles.push(add_fixed_clock(root, &format!("clk-cluster{i}"), c.clock_hz(), &output, phandles)?);
     }
     Ok(clk_phandles)
 }
@@ -178,6 +213,40 @@ fn cpu_map(board: &Board, cpu_phandles: &[u32]) -> Result<DeviceTreeNode> {
         clusters.into_iter().for_each(|c| map.add_child(c));
     }
     Ok(map)
+}
+
+/// The `qcom,cpufreq-hw` node with its two input clocks (root fixed clocks); returns its
+/// phandle. Register blocks as on the SM8150, at [`crate::CPUFREQ_HW_BASE`] instead of
+/// 0x18323000 (inside virt's PCIe MMIO window).
+fn add_cpufreq_hw(root: &mut DeviceTreeNode, board: &Board, phandles: &mut Phandles) -> Result<u32> {
+    let clocks = [
+        add_fixed_clock(root, "clk-xo", crate::XO_HZ, "xo", phandles)?,
+        add_fixed_clock(root, "clk-gpll0", crate::ALTERNATE_HZ, "gpll0", phandles)?,
+    ];
+    let name = format!("cpufreq@{:x}", crate::CPUFREQ_HW_BASE);
+    ensure!(root.child(&name).is_none(), "QEMU DTB already has a /{name} node");
+    let mut reg = Vec::new();
+    let mut reg_names = Vec::new();
+    for i in 0..board.clusters().len() {
+        let (addr, size) = crate::cpufreq_hw_reg(i);
+        // virt's root has #address-cells = #size-cells = 2.
+        reg.extend([(addr >> 32) as u32, addr as u32, (size >> 32) as u32, size as u32]);
+        reg_names.push(format!("freq-domain{i}"));
+    }
+    let ph = phandles.alloc()?;
+    root.add_child(
+        DeviceTreeNode::builder(name)?
+            .property(prop("compatible", ["qcom,sm8150-cpufreq-hw", "qcom,cpufreq-hw"].as_slice())?)
+            .property(prop("reg", reg.as_slice())?)
+            .property(prop("reg-names", reg_names.iter().map(String::as_str).collect::<Vec<_>>().as_slice())?)
+            .property(prop("clocks", clocks.as_slice())?)
+            .property(prop("clock-names", ["xo", "alternate"].as_slice())?)
+            .property(prop("#freq-domain-cells", 1u32)?)
+            .property(prop("#clock-cells", 1u32)?)
+            .property(prop("phandle", ph)?)
+            .build(),
+    );
+    Ok(ph)
 }
 
 /// One `operating-points-v2` table per cluster with EAS data (phandle per cluster, None

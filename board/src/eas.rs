@@ -27,6 +27,34 @@ pub fn em_cost(board: &Board, c: &Cluster) -> Option<u64> {
     Some(opp_power_uw(c)? * 10 / cap.max(1))
 }
 
+/// One performance state of a `--dvfs` domain as the guest's energy model should have it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct StateExpect {
+    /// The OPP's frequency.
+    pub khz: u32,
+    /// drivers/opp/of.c `dev_pm_opp_calc_power`: coefficient x mV² x MHz / 10⁶ (integers).
+    pub power_uw: u64,
+    /// kernel/power/energy_model.c: power x 10 / performance, performance = capacity x f / fmax.
+    pub cost: u64,
+}
+
+/// The energy model of a cluster's OPPs (`--dvfs`), lowest first; empty without dvfs or eas.
+pub fn expected_states(board: &Board, c: &Cluster) -> Vec<StateExpect> {
+    let (Some(d), Some(e)) = (&c.dvfs, c.eas) else { return vec![] };
+    let Some(cap) = c.cpus.first().and_then(|&cpu| expected_capacities(board).get(cpu as usize).copied()) else {
+        return vec![];
+    };
+    d.opps
+        .iter()
+        .map(|o| {
+            let mv = u64::from(o.microvolt / 1000);
+            let power_uw = u64::from(e.dynamic_power_coefficient) * mv * mv * (u64::from(o.khz) / 1000) / 1_000_000;
+            let performance = (u64::from(cap) * u64::from(o.khz) / u64::from(c.max_khz)).max(1);
+            StateExpect { khz: o.khz, power_uw, cost: power_uw * 10 / performance }
+        })
+        .collect()
+}
+
 /// One perf domain as the guest should report it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct DomainExpect {
@@ -71,6 +99,9 @@ pub struct PolicyObserved {
     pub cur_khz: Option<u64>,
     /// `cpuinfo_max_freq`.
     pub max_khz: Option<u64>,
+    /// `scaling_available_frequencies`.
+    #[serde(default)]
+    pub available_khz: Option<Vec<u64>>,
 }
 
 /// One performance state of an energy-model domain (debugfs `energy_model/<dev>/ps:<f>`).
@@ -129,6 +160,15 @@ fn same_cpus(a: Option<&str>, b: &str) -> bool {
 
 /// Compares the guest's EAS report with the board; one message per mismatch.
 pub fn compare_eas(board: &Board, o: &EasObserved) -> Vec<String> {
+    compare_eas_with(board, o, false)
+}
+
+/// [`compare_eas`] for a boot with or without `--dvfs`: with it every cluster is a
+/// `qcom-cpufreq-hw` policy offering the board's OPPs, and its energy model has them all.
+pub fn compare_eas_with(board: &Board, o: &EasObserved, dvfs: bool) -> Vec<String> {
+    if dvfs {
+        return compare_dvfs(board, o);
+    }
     let mut out = Vec::new();
     let aware = o.sched_energy_aware.as_deref().map(str::trim);
     if !board.has_eas() {
@@ -171,12 +211,63 @@ pub fn compare_eas(board: &Board, o: &EasObserved) -> Vec<String> {
             continue;
         };
         let want = (Some(u64::from(d.khz)), Some(d.power_uw), Some(d.cost));
+        // (a single state: the fixed clock's)
         let got: Vec<_> = em.states.iter().map(|s| (s.khz, s.power, s.cost)).collect();
         if got != [want] {
             out.push(format!(
                 "board: cpus {} one state ({} kHz, {} µW, cost {}), guest {}: {got:?}",
                 d.cpus, d.khz, d.power_uw, d.cost, em.name
             ));
+        }
+    }
+    out
+}
+
+fn compare_dvfs(board: &Board, o: &EasObserved) -> Vec<String> {
+    let mut out = Vec::new();
+    if o.sched_energy_aware.as_deref().map(str::trim) != Some("1") {
+        out.push(format!("board: EAS, guest: sched_energy_aware {:?} (want \"1\")", o.sched_energy_aware));
+    }
+    let mut pds = perf_domains(&o.log);
+    pds.sort();
+    let mut want_pds: Vec<(String, u32)> =
+        board.clusters().iter().map(|c| (format_cpulist(&c.cpus), expected_states(board, c).len() as u32)).collect();
+    want_pds.sort();
+    if pds != want_pds {
+        out.push(format!("board: perf domains (cpus, OPPs) {want_pds:?}, guest scheduler: {pds:?}"));
+    }
+    for c in board.clusters() {
+        let cpus = format_cpulist(&c.cpus);
+        let states = expected_states(board, c);
+        let khz: Vec<u64> = states.iter().map(|s| u64::from(s.khz)).collect();
+        match o.policies.iter().find(|p| same_cpus(p.cpus.as_deref(), &cpus)) {
+            None => out.push(format!("board: cpufreq policy for cpus {cpus}, guest: none")),
+            Some(p) => {
+                if p.driver.as_deref() != Some("qcom-cpufreq-hw") || p.governor.as_deref() != Some("schedutil") {
+                    out.push(format!(
+                        "board: cpus {cpus} qcom-cpufreq-hw with schedutil, guest: {:?} with {:?}",
+                        p.driver, p.governor
+                    ));
+                }
+                if p.max_khz != Some(u64::from(c.max_khz)) {
+                    out.push(format!("board: cpus {cpus} max {} kHz, guest: {:?}", c.max_khz, p.max_khz));
+                }
+                let mut avail = p.available_khz.clone().unwrap_or_default();
+                avail.sort_unstable();
+                if avail != khz {
+                    out.push(format!("board: cpus {cpus} OPPs {khz:?} kHz, guest: {:?}", p.available_khz));
+                }
+            }
+        }
+        let Some(em) = o.energy_model.iter().find(|e| same_cpus(e.cpus.as_deref(), &cpus)) else {
+            out.push(format!("board: energy-model domain for cpus {cpus}, guest: none"));
+            continue;
+        };
+        let want: Vec<_> = states.iter().map(|s| (Some(u64::from(s.khz)), Some(s.power_uw), Some(s.cost))).collect();
+        let mut got: Vec<_> = em.states.iter().map(|s| (s.khz, s.power, s.cost)).collect();
+        got.sort();
+        if got != want {
+            out.push(format!("board: cpus {cpus} energy model (kHz, µW, cost) {want:?}, guest {}: {got:?}", em.name));
         }
     }
     out

@@ -56,6 +56,7 @@
 
 mod cache_model;
 mod dtb;
+mod dvfs;
 mod eas;
 mod error;
 mod expect;
@@ -67,13 +68,18 @@ mod timing;
 mod topology;
 mod validate;
 
-pub use dtb::{dtb_to_dts, generate_dtb, qemu_dtb_key};
+pub use dtb::{dtb_to_dts, generate_dtb, generate_dtb_with, qemu_dtb_key};
+pub use dvfs::{
+    cpufreq_domains, cpufreq_hw_reg, lut_words, CpufreqDomain, LutRow, ALTERNATE_HZ, CPUFREQ_HW_BASE, XO_HZ,
+};
 pub use eas::{
-    compare_eas, em_cost, expected_domains, opp_power_uw, perf_domains, DomainExpect, DomainObserved, EasObserved,
-    PolicyObserved, StateObserved,
+    compare_eas, compare_eas_with, em_cost, expected_domains, expected_states, opp_power_uw, perf_domains,
+    DomainExpect, DomainObserved, EasObserved, PolicyObserved, StateExpect, StateObserved,
 };
 pub use error::BoardError;
-pub use model::{Board, Cache, Cluster, ClusterEas, CpuMap, CpuMapLayout, Policy, PolicyWrite, Timing};
+pub use model::{
+    Board, Cache, Cluster, ClusterDvfs, ClusterEas, CpuMap, CpuMapLayout, IdleState, Opp, Policy, PolicyWrite, Timing,
+};
 pub use policy::SCHED_FEATURES;
 pub use timing::derived_ps_per_insn;
 pub use topology::{

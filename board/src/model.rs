@@ -68,6 +68,44 @@ pub struct Cluster {
     pub l2: Option<Cache>,
     /// Energy model of the cluster's single OPP, for EAS.
     pub eas: Option<ClusterEas>,
+    /// The frequency domain's OPPs (`clusters[].dvfs`), for the emulated qcom-cpufreq-hw.
+    pub dvfs: Option<ClusterDvfs>,
+    /// The CPUs' idle states, shallowest first.
+    pub idle: Vec<IdleState>,
+}
+
+/// One frequency domain's operating points, lowest first; the last is `max_khz`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterDvfs {
+    /// The OPPs the domain offers (those above `max_khz` are left out, as a lower speed bin's
+    /// firmware leaves them out of its lookup table).
+    pub opps: Vec<Opp>,
+}
+
+/// One operating point.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Opp {
+    /// Frequency in kHz (cpufreq's unit).
+    pub khz: u32,
+    /// Supply voltage in µV (a whole number of mV: the LUT holds mV).
+    pub microvolt: u32,
+}
+
+/// An idle state as the DT's `arm,idle-state` describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdleState {
+    /// Short name (`idle-state-name`).
+    pub name: String,
+    /// `entry-latency-us`.
+    pub entry_us: u32,
+    /// `exit-latency-us`.
+    pub exit_us: u32,
+    /// `min-residency-us`.
+    pub min_residency_us: u32,
+    /// PSCI CPU_SUSPEND `arm,psci-suspend-param`; None for WFI.
+    pub psci_param: Option<u32>,
+    /// `local-timer-stop`.
+    pub local_timer_stop: bool,
 }
 
 /// One cluster's energy model: a single OPP at the fixed clock (`max_khz`), whose power
@@ -106,6 +144,7 @@ pub struct Board {
     pub(crate) timing: Option<Timing>,
     pub(crate) cache_model: Option<lab_cache_model::Config>,
     pub(crate) policy: Option<BoardPolicy>,
+    pub(crate) cluster_idle: Vec<IdleState>,
 }
 
 impl Board {
@@ -191,6 +230,14 @@ impl Board {
                     .into(),
             }),
         }
+    }
+    /// Whether every cluster has DVFS data (`clusters[].dvfs`), so `--dvfs` can run.
+    pub fn has_dvfs(&self) -> bool {
+        self.clusters.iter().all(|c| c.dvfs.is_some())
+    }
+    /// Idle states shared by a cluster (or all CPUs), shallowest first.
+    pub fn cluster_idle(&self) -> &[IdleState] {
+        &self.cluster_idle
     }
     /// Index into [`Board::clusters`] of the cluster holding `cpu`.
     pub fn cluster_index_of(&self, cpu: u32) -> Option<usize> {

@@ -24,6 +24,9 @@ pub(crate) struct BoardFile {
     pub(crate) timing: Option<TimingFile>,
     pub(crate) cache_model: Option<CacheModelFile>,
     pub(crate) policy: Option<PolicyFile>,
+    /// Idle states of a whole cluster / the CPU subsystem, shallowest first.
+    #[serde(default)]
+    pub(crate) cluster_idle: Vec<IdleStateFile>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -66,6 +69,30 @@ pub(crate) struct ClusterFile {
     pub(crate) l1d: Option<CacheFile>,
     pub(crate) l2: Option<CacheFile>,
     pub(crate) eas: Option<EasFile>,
+    pub(crate) dvfs: Option<DvfsFile>,
+    /// The CPUs' own idle states, shallowest first.
+    #[serde(default)]
+    pub(crate) idle: Vec<IdleStateFile>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct DvfsFile {
+    pub(crate) opp_mhz: Vec<f64>,
+    pub(crate) min_microvolt: u32,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct IdleStateFile {
+    pub(crate) name: String,
+    pub(crate) entry_us: u32,
+    pub(crate) exit_us: u32,
+    pub(crate) min_residency_us: u32,
+    /// PSCI CPU_SUSPEND power_state; absent for WFI (cpuidle's built-in state 0).
+    pub(crate) psci_param: Option<u32>,
+    #[serde(default)]
+    pub(crate) local_timer_stop: bool,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize)]

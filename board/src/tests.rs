@@ -534,6 +534,7 @@ fn eas_report(b: &Board) -> EasObserved {
                 driver: Some("cpufreq-dt".into()),
                 cur_khz: Some(d.khz.into()),
                 max_khz: Some(d.khz.into()),
+                available_khz: Some(vec![d.khz.into()]),
             })
             .collect(),
         energy_model: domains
@@ -712,4 +713,189 @@ fn policy_settings_need_a_source_and_a_valid_name() {
     }
     let e = with("[policy]\ndefault = \"android\"\n").unwrap_err().to_string();
     assert!(e.contains("unknown variant") && e.contains("mainline"), "{e}");
+}
+
+// ------------------------------------------------------------------ DVFS and idle states
+
+fn be_u32s(n: &FdtNode<'_>, name: &str) -> Vec<u32> {
+    let p = n.property(name).unwrap_or_else(|| panic!("{} has no {name}", n.name()));
+    p.value().chunks(4).map(|c| u32::from_be_bytes(c.try_into().unwrap())).collect()
+}
+
+#[test]
+fn sa8155p_opps_are_sm8150_tables() {
+    let b = sa8155p();
+    assert!(b.has_dvfs());
+    let opps: Vec<&[Opp]> = b.clusters().iter().map(|c| c.dvfs.as_ref().unwrap().opps.as_slice()).collect();
+    // sm8150.dtsi (Linux 7.2): 18 / 17 / 20 OPPs; the top of each is the cluster's max clock.
+    assert_eq!(opps.iter().map(|o| o.len()).collect::<Vec<_>>(), [18, 17, 20]);
+    let ends: Vec<(u32, u32)> = opps.iter().map(|o| (o[0].khz, o[o.len() - 1].khz)).collect();
+    assert_eq!(ends, [(300_000, 1_785_600), (710_400, 2_419_200), (825_600, 2_841_600)]);
+    // Voltages: the assumption's ends (0.60 V, eas.microvolt), linear, whole mV.
+    let v: Vec<(u32, u32)> = opps.iter().map(|o| (o[0].microvolt, o[o.len() - 1].microvolt)).collect();
+    assert_eq!(v, [(600_000, 900_000), (600_000, 950_000), (600_000, 1_000_000)]);
+    assert!(opps.iter().all(|o| o.windows(2).all(|w| w[0].microvolt <= w[1].microvolt && w[0].khz < w[1].khz)));
+    assert!(opps.iter().flat_map(|o| o.iter()).all(|o| o.microvolt % 1000 == 0));
+}
+
+#[test]
+fn lut_rows_encode_what_the_upstream_driver_reads() {
+    let d = cpufreq_domains(&sa8155p());
+    assert_eq!(d.iter().map(|d| d.cpus.clone()).collect::<Vec<_>>(), [vec![0, 1, 2, 3], vec![4, 5, 6], vec![7]]);
+    // 300 MHz: source 0 (alternate GPLL0 600 MHz / 2); 403.2 MHz: source 1, L = 21 x 19.2.
+    assert_eq!((d[0].rows[0].freq, d[0].rows[0].volt), (0, 600));
+    assert_eq!(d[0].rows[1].freq, (1 << 30) | 21);
+    // Prime's top: L = 148 (2841.6 / 19.2); the driver's frequency is xo x L / 1000 kHz.
+    let top = d[2].rows.last().unwrap();
+    assert_eq!((top.freq, top.volt, top.khz), ((1 << 30) | 148, 1000, 2_841_600));
+    for row in d.iter().flat_map(|d| &d.rows) {
+        let (src, l) = (row.freq >> 30, row.freq & 0xff);
+        let khz = if src != 0 { XO_HZ / 1000 * l } else { ALTERNATE_HZ / 2 / 1000 };
+        assert_eq!(khz, row.khz);
+        assert_ne!((row.freq >> 16) & 7, 1, "core count 1 marks a turbo row the driver skips");
+    }
+    // Time per instruction scales as 1/f from [timing]'s top-clock figure.
+    let t = sa8155p().timing().unwrap().cpu_ps_per_insn.clone();
+    assert_eq!(d[0].rows.last().unwrap().ps_per_insn, t[0]);
+    assert_eq!(d[2].rows.last().unwrap().ps_per_insn, t[7]);
+    assert_eq!(d[0].rows[0].ps_per_insn, (t[0] as f64 * 1785.6 / 300.0).round() as u64);
+}
+
+#[test]
+fn a_lower_speed_bin_drops_the_opps_above_max_mhz() {
+    // The SA8155P's clocks per the secondary source: gold tops at 2131.2 MHz.
+    let t = SA8155P.replacen("max_mhz = 2419.2", "max_mhz = 2131.2", 1);
+    let t = &t[..t.find("[expect]").unwrap()];
+    let b = board(t, "board/bin.toml");
+    let gold = &b.clusters()[1].dvfs.as_ref().unwrap().opps;
+    assert_eq!((gold.len(), gold.last().unwrap().khz, gold.last().unwrap().microvolt), (14, 2_131_200, 950_000));
+}
+
+#[test]
+fn dvfs_errors_name_the_field_and_fix() {
+    let bad = SA8155P.replacen("300, 403.2", "300, 1000", 1);
+    assert_err(&bad, "clusters[0].dvfs.opp_mhz[1]", &["1000 MHz is neither a multiple of the 19.2 MHz xo"]);
+    let bad = SA8155P.replacen("300, 403.2, 499.2", "300, 499.2, 403.2", 1);
+    assert_err(&bad, "clusters[0].dvfs.opp_mhz[2]", &["not above the OPP before it", "ascending"]);
+    let bad = SA8155P.replacen(", 1785.6 ] }", " ] }", 1);
+    assert_err(&bad, "clusters[0].dvfs.opp_mhz", &["max_mhz 1785.6 is not one of the OPPs"]);
+    let bad = SA8155P.replacen("min_microvolt = 600000", "min_microvolt = 950000", 1);
+    assert_err(&bad, "clusters[0].dvfs.min_microvolt", &["950000 µV", "at most eas.microvolt"]);
+    let bad = SA8155P.replace("eas = { dynamic_power_coefficient = 421, microvolt = 1000000 }\n", "");
+    assert_err(&bad, "clusters[2].eas", &["\"prime\" has no eas"]);
+}
+
+#[test]
+fn idle_states_are_the_dtsi_and_downstream_ones() {
+    let b = sa8155p();
+    let names = |s: &[IdleState]| s.iter().map(|s| (s.name.clone(), s.exit_us, s.psci_param)).collect::<Vec<_>>();
+    assert_eq!(
+        names(&b.clusters()[0].idle),
+        [("wfi".to_string(), 43, None), ("little-rail-power-collapse".into(), 909, Some(0x4000_0004))]
+    );
+    assert_eq!(names(&b.clusters()[2].idle)[1], ("big-rail-power-collapse".to_string(), 1461, Some(0x4000_0004)));
+    assert_eq!(
+        names(b.cluster_idle()),
+        [("l3-wfi".to_string(), 51, None), ("cluster-power-collapse".into(), 6562, Some(0x4100_c244))]
+    );
+    let bad = SA8155P.replacen("exit_us = 909, min_residency_us = 3934", "exit_us = 909, min_residency_us = 900", 1);
+    assert_err(&bad, "clusters[0].idle[1].exit_us", &["longer than the min residency"]);
+    let bad = SA8155P.replacen("exit_us = 909, min_residency_us = 3934", "exit_us = 9, min_residency_us = 3934", 1);
+    assert_err(&bad, "clusters[0].idle[1]", &["shallower than \"wfi\"", "shallowest first"]);
+}
+
+#[test]
+fn sa8155p_dtb_dvfs_describes_the_cpufreq_hw() {
+    let out = generate_dtb_with(&sa8155p(), FIXTURE, true).unwrap();
+    let fdt = Fdt::new(&out).unwrap();
+    let phandles = phandle_map(&fdt);
+    let hw = fdt.find_node("/cpufreq@b000000").expect("the cpufreq-hw node");
+    assert_eq!(
+        hw.property("compatible").unwrap().value(),
+        b"qcom,sm8150-cpufreq-hw\0qcom,cpufreq-hw\0",
+        "sm8150.dtsi's compatibles"
+    );
+    assert_eq!(be_u32s(&hw, "reg"), [0, 0x0b00_0000, 0, 0x1400, 0, 0x0b00_2800, 0, 0x1400, 0, 0x0b00_4800, 0, 0x1400]);
+    assert_eq!(hw.property("clock-names").unwrap().value(), b"xo\0alternate\0");
+    let rates: Vec<u32> = be_u32s(&hw, "clocks")
+        .iter()
+        .map(|ph| u32_prop(&fdt.find_node(&phandles[ph]).unwrap(), "clock-frequency"))
+        .collect();
+    assert_eq!(rates, [19_200_000, 600_000_000]);
+    assert_eq!(u32_prop(&hw, "#freq-domain-cells"), 1);
+    let hw_ph = u32_prop(&hw, "phandle");
+    for (i, c) in cpu_nodes(&fdt).iter().enumerate() {
+        let domain = [0, 0, 0, 0, 1, 1, 1, 2][i];
+        assert_eq!(be_u32s(c, "qcom,freq-domain"), [hw_ph, domain], "cpu{i}");
+        assert!(c.property("operating-points-v2").is_none(), "cpu{i}: an OPP table would take fast_switch away");
+        assert_eq!(u32_prop(c, "dynamic-power-coefficient"), [232, 369, 421][domain as usize]);
+    }
+    assert!(fdt.find_node("/opp-table-cluster0").is_none());
+    // Without OPP lists there is no frequency domain to describe.
+    let up = board(UPSTREAM, "board/sm8150-upstream.toml");
+    let e = generate_dtb_with(&up, FIXTURE, true).unwrap_err().to_string();
+    assert!(e.contains("no OPP list on every cluster") && e.contains("--dvfs"), "{e}");
+}
+
+/// A guest report as `--dvfs` should give it, built from the board.
+fn dvfs_report(b: &Board) -> EasObserved {
+    let mut o = EasObserved { sched_energy_aware: Some("1".into()), ..Default::default() };
+    let mut log = String::from("root_domain 0-7:");
+    for (i, c) in b.clusters().iter().enumerate() {
+        let states = expected_states(b, c);
+        let cpus = format_cpulist(&c.cpus);
+        log.push_str(&format!(" pd{}:{{ cpus={cpus} nr_pstate={} }}", c.cpus[0], states.len()));
+        o.policies.push(PolicyObserved {
+            policy: c.cpus[0],
+            cpus: Some(cpus.clone()),
+            governor: Some("schedutil".into()),
+            driver: Some("qcom-cpufreq-hw".into()),
+            cur_khz: Some(u64::from(states[0].khz)),
+            max_khz: Some(u64::from(c.max_khz)),
+            available_khz: Some(states.iter().rev().map(|s| u64::from(s.khz)).collect()),
+        });
+        o.energy_model.push(DomainObserved {
+            name: format!("cpu{i}"),
+            cpus: Some(cpus),
+            states: states
+                .iter()
+                .map(|s| StateObserved {
+                    khz: Some(u64::from(s.khz)),
+                    power: Some(s.power_uw),
+                    cost: Some(s.cost),
+                    performance: None,
+                })
+                .collect(),
+        });
+    }
+    o.log = vec![log, "sched_energy_set: starting EAS".into()];
+    o
+}
+
+#[test]
+fn dvfs_energy_model_has_every_opp() {
+    let b = sa8155p();
+    let silver = expected_states(&b, &b.clusters()[0]);
+    // The top OPP is the single-OPP model's state; 300 MHz at 0.6 V: 232 x 600² x 300 / 10⁶.
+    assert_eq!((silver[17].power_uw, silver[17].cost), (opp_power_uw(&b.clusters()[0]).unwrap(), 10961));
+    assert_eq!(silver[0].power_uw, 232 * 600 * 600 * 300 / 1_000_000);
+    // With one assumed 0.60 V floor for every cluster, gold's lowest OPP (710.4 MHz) is still
+    // cheaper per unit of capacity than silver's 300 MHz: sm8150.dtsi's coefficients per unit
+    // of capacity are 232 x 1785.6 / 306 = 1354 (silver) against 369 x 2419.2 / 871 = 1025
+    // (gold), so silver wins only below sqrt(1025 / 1354) x 0.60 V = 0.52 V at 300 MHz.
+    // Pinned here because EAS's placement of light work follows from it (docs/src/design/dvfs.md).
+    let gold = expected_states(&b, &b.clusters()[1]);
+    assert_eq!((silver[0].cost, gold[0].cost), (4912, 3698));
+    assert!(silver.windows(2).all(|w| w[0].cost <= w[1].cost), "no inefficient OPPs");
+    let ok = dvfs_report(&b);
+    assert_eq!(compare_eas_with(&b, &ok, true), Vec::<String>::new());
+    let mut short = ok.clone();
+    short.policies[1].available_khz.as_mut().unwrap().pop();
+    short.energy_model[2].states.pop();
+    let p = compare_eas_with(&b, &short, true);
+    assert_eq!(p.len(), 2, "{p:?}");
+    assert!(p[0].starts_with("board: cpus 4-6 OPPs") && p[1].starts_with("board: cpus 7 energy model"), "{p:?}");
+    let mut dt = ok;
+    dt.policies[0].driver = Some("cpufreq-dt".into());
+    assert!(compare_eas_with(&b, &dt, true)[0].contains("qcom-cpufreq-hw with schedutil"));
 }

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use crate::dvfs::mhz_to_khz;
 use crate::error::{BoardError, Ctx};
 use crate::model::{Board, Cache, Cluster, ClusterEas, CpuMap};
 use crate::schema::{BoardFile, CacheFile, ClusterFile, EasFile, ExpectFile, QemuFile};
@@ -85,8 +86,13 @@ pub(crate) fn validate(raw: BoardFile, file: &str) -> Result<(Board, Option<Expe
         cpu_map: CpuMap { layout: raw.cpu_map.layout, socket: raw.cpu_map.socket },
         clusters,
         l3,
+        cluster_idle: crate::dvfs::check_idle(&cx, "cluster_idle", &raw.cluster_idle)?,
     };
     check_eas_board(&cx, &board)?;
+    let mut board = board;
+    for (i, (c, file)) in board.clusters.iter_mut().zip(&raw.clusters).enumerate() {
+        c.dvfs = crate::dvfs::check_dvfs(&cx, &format!("clusters[{i}].dvfs"), file, c.max_khz)?;
+    }
     Ok((board, raw.expect))
 }
 
@@ -240,22 +246,10 @@ fn check_cluster(cx: &Ctx<'_>, i: usize, c: &ClusterFile) -> Result<Cluster, Boa
         l1d: cache("l1d", c.l1d)?,
         l2: cache("l2", c.l2)?,
         eas: check_eas(cx, &f("eas"), c.eas)?,
+        // Checked once the board's eas tables are (check_eas_board): it needs them.
+        dvfs: None,
+        idle: crate::dvfs::check_idle(cx, &f("idle"), &c.idle)?,
     })
-}
-
-fn mhz_to_khz(mhz: f64) -> Result<u32, String> {
-    if !mhz.is_finite() || mhz <= 0.0 || mhz >= 10_000.0 {
-        return Err(format!("{mhz} MHz is out of range"));
-    }
-    let khz = (mhz * 1000.0).round();
-    if (mhz * 1000.0 - khz).abs() > 1e-6 {
-        return Err(format!("{mhz} MHz is not a whole number of kHz"));
-    }
-    // clock-frequency is u32 Hz.
-    if khz * 1000.0 > f64::from(u32::MAX) {
-        return Err(format!("{mhz} MHz does not fit the DT's 32-bit clock-frequency"));
-    }
-    Ok(khz as u32)
 }
 
 fn check_cache(cx: &Ctx<'_>, field: &str, c: Option<CacheFile>) -> Result<Option<Cache>, BoardError> {

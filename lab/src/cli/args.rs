@@ -128,6 +128,11 @@ pub struct RunFields {
     /// board's: phone on sa8155p, mainline on boards without [policy]].
     #[arg(long, env = "LAB_POLICY", value_name = "mainline|phone", value_parser = parse_policy)]
     pub policy: Option<board::Policy>,
+    /// Guest-driven DVFS: the board's clusters become frequency domains of an emulated
+    /// qcom,cpufreq-hw with every OPP of the board (needs --qemu lab; with --tcg hicount an OPP
+    /// change changes the domain's speed).
+    #[arg(long)]
+    pub dvfs: bool,
     /// Which QEMU: the system's, or the lab's patched build (qemu/, built on first use).
     #[arg(long, value_enum, env = "LAB_QEMU", default_value = "system")]
     pub qemu: crate::kbuild::qemu::Choice,
@@ -270,6 +275,7 @@ impl RunArgs {
             trace: self.trace.clone(),
             no_eas: self.no_eas,
             policy: self.policy,
+            dvfs: self.dvfs,
             jobs: self.jobs.map_or_else(crate::harness::boots::default_jobs, |j| j as usize),
             ..Default::default()
         })
@@ -322,6 +328,7 @@ mod tests {
         ("append", &["a=b c", "-x"]),
         ("no-eas", &[]),
         ("policy", &["mainline"]),
+        ("dvfs", &[]),
         ("qemu", &["lab"]),
         ("plugin", &["p.so,arg={run}/x", "q.so"]),
         ("cache", &[]),

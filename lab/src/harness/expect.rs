@@ -5,7 +5,7 @@ use crate::harness::outcome::case_data;
 use labproto::Event;
 
 /// Compares the guest's topology report (if the plan had one) with the board.
-pub fn check_topology(board: &board::Board, events: &[Event]) -> Vec<String> {
+pub fn check_topology(board: &board::Board, events: &[Event], dvfs: bool) -> Vec<String> {
     let Some(report) = case_data(events, "topology") else { return vec![] };
     let mut problems = match serde_json::from_value::<Vec<board::CpuObserved>>(report["cpus"].clone()) {
         Ok(obs) => board::compare(board, &obs),
@@ -16,7 +16,7 @@ pub fn check_topology(board: &board::Board, events: &[Event]) -> Vec<String> {
     }
     if let Some(e) = report.get("eas") {
         match serde_json::from_value::<board::EasObserved>(e.clone()) {
-            Ok(obs) => problems.extend(board::compare_eas(board, &obs)),
+            Ok(obs) => problems.extend(board::compare_eas_with(board, &obs, dvfs)),
             Err(e) => problems.push(format!("EAS report unreadable: {e}")),
         }
     }

@@ -114,6 +114,7 @@ mod tests {
             qemu: crate::harness::qemu::QEMU.into(),
             qemu_key: None,
             cache_plugin: None,
+            dvfs: false,
         };
         let opts = RunOpts::default();
         let spec = vm_spec(&p, &opts, d.path(), Console::Pipe).unwrap();

@@ -53,6 +53,8 @@ pub struct RunOpts {
     pub no_eas: bool,
     /// The scheduler policy the init applies at boot (`--policy`); None: the board's default.
     pub policy: Option<board::Policy>,
+    /// Clusters as frequency domains of the lab QEMU's emulated qcom,cpufreq-hw (`--dvfs`).
+    pub dvfs: bool,
     /// The system QEMU or the lab's build (`qemu/`).
     pub qemu: crate::kbuild::qemu::Choice,
     /// TCG plugins (`path,arg=value`); `{run}` in an argument becomes the run directory.
@@ -103,6 +105,7 @@ impl Default for RunOpts {
             trace: None,
             no_eas: false,
             policy: None,
+            dvfs: false,
             qemu: Default::default(),
             plugins: vec![],
             cache: false,

@@ -26,6 +26,8 @@ pub struct Prepared {
     pub qemu_key: Option<String>,
     /// `--cache`: the cache plugin's argument (`.so,config=..,out=..`).
     pub cache_plugin: Option<String>,
+    /// The DTB describes the clusters as qcom,cpufreq-hw frequency domains (`--dvfs`).
+    pub dvfs: bool,
 }
 
 /// Builds what is missing and writes the DTB and initramfs into `dir`.
@@ -39,6 +41,7 @@ pub fn prepare(opts: &RunOpts, plan: Plan, dir: &Path) -> Result<Prepared> {
     let board = if opts.no_eas { board.without_eas() } else { board };
     let plan = with_policy(plan, &board, opts.policy)?;
     check_hicount(opts, &board)?;
+    check_dvfs(opts, &board)?;
     let cache_plugin = cache_plugin(opts, &board, dir)?;
     // LAB_KERNEL boots a kernel built elsewhere, e.g. from a private tree while the shared
     // one is busy; the manifest records its Image's hash as the key.
@@ -49,7 +52,7 @@ pub fn prepare(opts: &RunOpts, plan: Plan, dir: &Path) -> Result<Prepared> {
     let (qemu_bin, qemu_key) = crate::kbuild::qemu::resolve(opts.qemu)?;
     let base = std::fs::read(dtb::qemu_dtb(&cache, &board, &qemu_bin)?)?;
     let dtb = dir.join("board.dtb");
-    std::fs::write(&dtb, board::generate_dtb(&board, &base)?)?;
+    std::fs::write(&dtb, board::generate_dtb_with(&board, &base, opts.dvfs)?)?;
 
     let bins = rootfs::build_guest(&rootfs::GuestBuildOpts { quiet: true, ..Default::default() })?;
     let mut spec = rootfs::InitramfsSpec::new(&bins, serde_json::to_string_pretty(&plan)?);
@@ -69,7 +72,18 @@ pub fn prepare(opts: &RunOpts, plan: Plan, dir: &Path) -> Result<Prepared> {
     }
     let initrd = dir.join("initramfs.cpio");
     rootfs::write_initramfs(&spec, &initrd)?;
-    Ok(Prepared { kernel, board, board_sha256, dtb, initrd, plan, qemu: qemu_bin, qemu_key, cache_plugin })
+    Ok(Prepared {
+        kernel,
+        board,
+        board_sha256,
+        dtb,
+        initrd,
+        plan,
+        qemu: qemu_bin,
+        qemu_key,
+        cache_plugin,
+        dvfs: opts.dvfs,
+    })
 }
 
 /// The plan with the scheduler policy's boot-time writes: `policy`, else the board's default.
@@ -124,6 +138,44 @@ fn check_hicount(opts: &RunOpts, board: &board::Board) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// `--dvfs` needs the lab QEMU (the emulated qcom,cpufreq-hw is its qemu/0011) and OPP lists.
+fn check_dvfs(opts: &RunOpts, board: &board::Board) -> Result<()> {
+    if !opts.dvfs {
+        return Ok(());
+    }
+    if opts.qemu != crate::kbuild::qemu::Choice::Lab {
+        anyhow::bail!("--dvfs emulates a qcom,cpufreq-hw, which only the lab QEMU has: add --qemu lab");
+    }
+    if !board.has_dvfs() {
+        anyhow::bail!(
+            "--dvfs needs an OPP list on every cluster (clusters[].dvfs), which {} lacks (board/sa8155p.toml has them)",
+            board.source()
+        );
+    }
+    Ok(())
+}
+
+/// `-device` arguments of the emulated qcom,cpufreq-hw, one per frequency domain (`--dvfs`):
+/// its register block, its vCPUs, the board's LUT words, and picoseconds per instruction
+/// per row (0 without `[timing]`: the speed then never changes).
+pub fn cpufreq_hw_devices(board: &board::Board) -> Vec<String> {
+    board::cpufreq_domains(board)
+        .iter()
+        .enumerate()
+        .map(|(i, d)| {
+            serde_json::json!({
+                "driver": "qcom-cpufreq-hw",
+                "addr": board::cpufreq_hw_reg(i).0,
+                "cpus": d.cpus.iter().fold(0u64, |m, &c| m | (1 << c)),
+                "freq-lut": d.rows.iter().map(|r| r.freq).collect::<Vec<_>>(),
+                "volt-lut": d.rows.iter().map(|r| r.volt).collect::<Vec<_>>(),
+                "ps-per-insn": d.rows.iter().map(|r| r.ps_per_insn).collect::<Vec<_>>(),
+            })
+            .to_string()
+        })
+        .collect()
 }
 
 /// A fresh, unique run directory.
@@ -184,6 +236,47 @@ pub fn vm_spec(p: &Prepared, opts: &RunOpts, dir: &Path, console: Console) -> Re
         plugins: opts.plugins.iter().map(|p| p.replace("{run}", &run)).chain(p.cache_plugin.clone()).collect(),
         qemu_trace: (!opts.qemu_trace.is_empty()).then(|| (opts.qemu_trace.clone(), dir.join(QEMU_TRACE_LOG))),
         timing: p.board.timing().cloned(),
+        devices: if p.dvfs { cpufreq_hw_devices(&p.board) } else { vec![] },
         sockets: Some(sockets),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sa8155p() -> board::Board {
+        crate::harness::opts::load_board_file("sa8155p", None, None).unwrap().0
+    }
+
+    #[test]
+    fn cpufreq_hw_devices_carry_the_boards_luts_and_speeds() {
+        let b = sa8155p();
+        let devs: Vec<serde_json::Value> =
+            cpufreq_hw_devices(&b).iter().map(|d| serde_json::from_str(d).unwrap()).collect();
+        assert_eq!(devs.len(), 3);
+        assert_eq!(
+            devs.iter().map(|d| d["addr"].as_u64().unwrap()).collect::<Vec<_>>(),
+            [0xb00_0000, 0xb00_2800, 0xb00_4800]
+        );
+        assert_eq!(devs.iter().map(|d| d["cpus"].as_u64().unwrap()).collect::<Vec<_>>(), [0x0f, 0x70, 0x80]);
+        assert_eq!(devs[0]["driver"], "qcom-cpufreq-hw");
+        assert_eq!(devs[0]["freq-lut"].as_array().unwrap().len(), 18);
+        assert_eq!(devs[2]["volt-lut"].as_array().unwrap().last().unwrap(), 1000);
+        // The top row is [timing]'s speed, the one `-icount cpu-ps=` boots with.
+        let ps = b.timing().unwrap().cpu_ps_per_insn.clone();
+        assert_eq!(devs[1]["ps-per-insn"].as_array().unwrap().last().unwrap().as_u64(), Some(ps[4]));
+    }
+
+    #[test]
+    fn dvfs_needs_the_lab_qemu_and_opp_lists() {
+        let opts = RunOpts { dvfs: true, ..Default::default() };
+        let e = check_dvfs(&opts, &sa8155p()).unwrap_err().to_string();
+        assert!(e.contains("add --qemu lab"), "{e}");
+        let lab = RunOpts { qemu: crate::kbuild::qemu::Choice::Lab, ..opts };
+        assert!(check_dvfs(&lab, &sa8155p()).is_ok());
+        let up = crate::harness::opts::load_board_file("sm8150-upstream", None, None).unwrap().0;
+        let e = check_dvfs(&lab, &up).unwrap_err().to_string();
+        assert!(e.contains("clusters[].dvfs"), "{e}");
+    }
 }

@@ -84,12 +84,15 @@ pub struct VmSpec {
     pub qemu_trace: Option<(Vec<String>, PathBuf)>,
     /// Per-CPU speeds and quantum for `Tcg::Hicount`.
     pub timing: Option<board::Timing>,
+    /// `-device` arguments (JSON) of the board's emulated devices: `--dvfs`'s frequency domains.
+    pub devices: Vec<String>,
     /// Keeps a private socket directory alive while the spec or its VM lives.
     pub sockets: Option<crate::harness::sockets::SocketDir>,
 }
 
 impl VmSpec {
     fn machine_args(&self) -> Vec<String> {
+        let devices = self.devices.iter().flat_map(|d| ["-device".to_string(), d.clone()]);
         vec![
             "-M".into(),
             self.machine.clone(),
@@ -100,6 +103,9 @@ impl VmSpec {
             "-m".into(),
             self.memory.clone(),
         ]
+        .into_iter()
+        .chain(devices)
+        .collect()
     }
 
     fn accel_args(&self) -> Vec<String> {
@@ -603,6 +609,7 @@ mod tests {
             plugins: vec![],
             qemu_trace: None,
             timing: None,
+            devices: vec![],
             sockets: None,
         }
     }
@@ -670,6 +677,14 @@ mod tests {
         // Another boot of the model (`reproduce --model --boots N`) is another seed.
         s.seed = 3;
         assert!(has_pair(&s.argv(), "-seed", "3"));
+    }
+
+    #[test]
+    fn devices_follow_the_machine() {
+        let mut s = spec();
+        assert!(!s.argv().iter().any(|a| a == "-device") || !s.argv().iter().any(|a| a.contains("qcom")));
+        s.devices = vec![r#"{"driver":"qcom-cpufreq-hw","addr":1}"#.into()];
+        assert!(has_pair(&s.argv(), "-device", r#"{"driver":"qcom-cpufreq-hw","addr":1}"#));
     }
 
     #[test]

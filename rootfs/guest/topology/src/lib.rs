@@ -75,6 +75,8 @@ fn policies(cpufreq: &Path) -> Vec<Value> {
                 "driver": read_trim(&d.join("scaling_driver")),
                 "cur_khz": num("scaling_cur_freq"),
                 "max_khz": num("cpuinfo_max_freq"),
+                "available_khz": read_trim(&d.join("scaling_available_frequencies"))
+                    .map(|s| s.split_whitespace().filter_map(|f| f.parse::<u64>().ok()).collect::<Vec<_>>()),
             })
         })
         .collect()
@@ -210,8 +212,11 @@ pub fn main() {
     let (status, message, mut data) = collect(Path::new("/sys/devices/system/cpu"), domains);
     let sysctl = Path::new("/proc/sys/kernel/sched_energy_aware");
     let log = eas_probe(sysctl);
-    data["eas"] =
-        eas(sysctl, Path::new("/sys/devices/system/cpu/cpufreq"), Path::new("/sys/kernel/debug/energy_model"), log);
+    // A cpufreq driver that registers before fs_initcall (qcom-cpufreq-hw, postcore) puts its
+    // domains at the debugfs root: kernel/power/energy_model.c's rootdir does not exist yet.
+    let em = Path::new("/sys/kernel/debug/energy_model");
+    let em = if energy_model(em).is_empty() { Path::new("/sys/kernel/debug") } else { em };
+    data["eas"] = eas(sysctl, Path::new("/sys/devices/system/cpu/cpufreq"), em, log);
     data["sched_verbose_toggled"] = guard.restore.into();
     drop(guard);
     report("topology", status, t.elapsed().as_secs_f64() * 1000.0, message, data);
@@ -272,11 +277,14 @@ mod tests {
             put(&root, &format!("em/cpu{n}/ps:{khz}/cost"), "9248\n");
         }
         put(&root, "em/cpu4/ps:576000/frequency", "576000\n");
+        put(&root, "cpufreq/policy0/scaling_available_frequencies", "300000 1785600 \n");
         let v = eas(&root.join("sysctl"), &root.join("cpufreq"), &root.join("em"), vec!["starting EAS".into()]);
         fs::remove_dir_all(&root).unwrap();
         assert_eq!(v["sched_energy_aware"], "1");
         assert_eq!(v["policies"][0]["cpus"], "0-3");
         assert_eq!(v["policies"][1]["governor"], "schedutil");
+        assert_eq!(v["policies"][0]["available_khz"], json!([300000, 1785600]));
+        assert_eq!(v["policies"][1]["available_khz"], Value::Null);
         assert_eq!(v["policies"][1]["max_khz"], 2419200);
         assert_eq!(v["energy_model"][1]["name"], "cpu4");
         assert_eq!(v["energy_model"][1]["cpus"], "4-6");
