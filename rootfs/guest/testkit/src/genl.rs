@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::{Duration, Instant};
+use syskit::cvt;
 
 const NLMSG_HDRLEN: usize = 16;
 const GENL_HDRLEN: usize = 4;
@@ -132,14 +133,6 @@ pub struct Subscriber {
     queued: VecDeque<Event>,
 }
 
-fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(r)
-    }
-}
-
 fn invalid(e: String) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, e)
 }
@@ -210,38 +203,16 @@ impl Subscriber {
         Ok(())
     }
 
-    /// One datagram, or None after `timeout`.
+    /// One datagram, or None after `timeout`. ENOBUFS (the socket overflowed and events
+    /// were lost) is an error: the caller must know.
     fn recv(&self, timeout: Duration) -> io::Result<Option<Vec<u8>>> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let mut pfd = libc::pollfd { fd: self.fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-            // SAFETY: one valid pollfd.
-            let r = unsafe { libc::poll(&mut pfd, 1, left.as_millis().min(i32::MAX as u128) as i32) };
-            if r < 0 {
-                let e = io::Error::last_os_error();
-                if e.kind() == io::ErrorKind::Interrupted {
-                    continue;
-                }
-                return Err(e);
-            }
-            if r == 0 {
-                return Ok(None);
-            }
-            let mut buf = vec![0u8; 64 * 1024];
-            // SAFETY: `buf` is writable for its length.
-            let n = unsafe { libc::recv(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
-            if n < 0 {
-                let e = io::Error::last_os_error();
-                if e.kind() == io::ErrorKind::Interrupted {
-                    continue;
-                }
-                // ENOBUFS: the socket overflowed and events were lost; the caller must know.
-                return Err(e);
-            }
-            buf.truncate(n as usize);
-            return Ok(Some(buf));
+        if !syskit::wait_readable(self.fd.as_raw_fd(), timeout)? {
+            return Ok(None);
         }
+        let mut buf = vec![0u8; 64 * 1024];
+        let n = syskit::read_some(self.fd.as_raw_fd(), &mut buf)?;
+        buf.truncate(n);
+        Ok(Some(buf))
     }
 
     /// The next event of the family, or None when none arrives within `timeout`.
