@@ -34,6 +34,7 @@ const CASES: &[&str] = &[
     "prio_nested",
     "prio_dead_caller",
     "fd_cycle_leak",
+    "transaction_report",
     "leaks",
 ];
 

@@ -16,12 +16,6 @@ pub const STEP: &str = "binderfs";
 const DIR: &str = "tools/testing/selftests/filesystems/binderfs";
 const CC: &str = "aarch64-linux-gnu-gcc";
 
-/// Failures the lab knows and names instead of passing or failing them: (log text, why).
-const KNOWN_GAPS: &[(&str, &str)] = &[(
-    "Failed to open binder feature: transaction_report",
-    "known Rust binder gap: binderfs has no features/transaction_report (the C driver has it)",
-)];
-
 /// Whether the plan runs the selftest (so the initramfs needs it).
 pub fn wanted(plan: &labproto::Plan) -> bool {
     plan.steps.iter().any(|s| s.argv.iter().any(|a| a.contains(PROGRAM)))
@@ -67,7 +61,7 @@ pub fn build(cache: &Path, tree: &Path) -> Result<PathBuf> {
 }
 
 /// Results from the selftest's TAP on the console (`[binderfs] ok 1 global.binderfs_stress`).
-/// A failure whose log matches a known gap becomes a skip that says so; a TAP plan with fewer
+/// A case with a failed expectation in its log fails, whatever TAP says; a TAP plan with fewer
 /// results than announced (a crash) is a failing `tap` case.
 pub fn from_console(console: &[String]) -> Vec<Event> {
     let prefix = format!("[{STEP}] ");
@@ -108,20 +102,14 @@ pub fn from_console(console: &[String]) -> Vec<Event> {
 }
 
 /// The harness logs as `# .../binderfs_test.c:163:<test>:<message>`. A failed expectation
-/// decides the case whatever TAP says (binderfs_test turns its own failures into "SKIP The
-/// Android binderfs filesystem is not available"): a known gap when it is the only one and
-/// the gap explains it, else a failure.
+/// fails the case whatever TAP says: binderfs_test turns its own failures into "SKIP The
+/// Android binderfs filesystem is not available", which would hide a driver that lost a
+/// binderfs feature (as the Rust driver lacked features/transaction_report before
+/// rust-driver 0013).
 fn judge_log(lines: &[&str], case: &str) -> Option<(Status, String)> {
     let test = case.rsplit('.').next().unwrap_or(case);
     let tag = format!(":{test}:");
-    let log: Vec<&str> = lines.iter().copied().filter(|l| l.contains(&tag)).collect();
-    let expected: Vec<&str> = log.iter().copied().filter(|l| l.contains(":Expected ")).collect();
-    let first = expected.first()?;
-    if let Some((_, why)) =
-        KNOWN_GAPS.iter().find(|(text, _)| expected.len() == 1 && log.iter().any(|l| l.contains(text)))
-    {
-        return Some((Status::Skip, why.to_string()));
-    }
+    let first = lines.iter().copied().find(|l| l.contains(&tag) && l.contains(":Expected "))?;
     let what = first.split_once(&tag).map(|(_, m)| m).unwrap_or(first);
     Some((Status::Fail, format!("failed expectation: {what}")))
 }
@@ -154,8 +142,9 @@ mod tests {
             .collect()
     }
 
-    // The 7.2 selftest on the Rust driver, as the perf kernel printed it (paths shortened);
-    // the third case is changed to fail one more expectation.
+    // The 7.2 selftest on the Rust driver before it had features/transaction_report, as the
+    // perf kernel printed it (paths shortened); the third case is changed to fail one more
+    // expectation.
     const RUST: &str = "TAP version 13
 1..3
 # Starting 3 tests from 1 test cases.
@@ -180,14 +169,14 @@ ok 3 global.binderfs_test_unprivileged # SKIP The Android binderfs filesystem is
 # PASSED: 3 / 3 tests passed.";
 
     #[test]
-    fn tap_cases_and_the_known_gap() {
+    fn a_failed_expectation_fails_whatever_tap_says() {
         let got = cases(&from_console(&console(RUST)));
         assert_eq!(got.len(), 3, "{got:?}");
         assert_eq!(got[0], ("global.binderfs_stress".into(), Status::Pass, None));
-        // Only the transaction_report expectation failed: named as the known gap, not a pass.
-        assert_eq!(got[1].1, Status::Skip);
-        assert!(got[1].2.as_deref().unwrap().contains("known Rust binder gap"), "{got:?}");
-        // Another expectation failed too: a real failure, whatever the selftest's SKIP says.
+        // A missing feature file: a failure, not the selftest's SKIP (no gap is excused).
+        assert_eq!(got[1].1, Status::Fail);
+        assert_eq!(got[1].2.as_deref(), Some("failed expectation: Expected fd (-1) >= 0 (0)"));
+        // The first failed expectation is named.
         assert_eq!(got[2].1, Status::Fail);
         assert_eq!(got[2].2.as_deref(), Some("failed expectation: Expected ret (-1) == 0 (0)"));
     }

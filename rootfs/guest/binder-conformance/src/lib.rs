@@ -16,6 +16,7 @@ mod common;
 mod fdcycle;
 mod pool;
 mod prio;
+mod report;
 mod seed002;
 mod stress;
 mod zap_race;
@@ -62,6 +63,7 @@ const CASES: &[Case] = &[
     Case { name: "prio_nested", timeout_s: 20.0, run: prio::prio_nested },
     Case { name: "prio_dead_caller", timeout_s: 30.0, run: prio::prio_dead_caller },
     Case { name: "fd_cycle_leak", timeout_s: 60.0, run: fdcycle::fd_cycle_leak },
+    Case { name: "transaction_report", timeout_s: 30.0, run: report::transaction_report },
 ];
 
 /// Known driver issues: run only when named with `--case`.

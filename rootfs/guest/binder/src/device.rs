@@ -186,6 +186,14 @@ impl Device {
         Ok(())
     }
 
+    /// BINDER_FREEZE: freezes (`enable`) or thaws the binder processes of `pid`. Freezing
+    /// waits up to `timeout_ms` for their outstanding transactions (EAGAIN after that).
+    pub fn freeze(&self, pid: i32, enable: bool, timeout_ms: u32) -> Result<()> {
+        let mut v = binder_freeze_info { pid: pid as u32, enable: enable as u32, timeout_ms };
+        self.ioctl(BINDER_FREEZE, &mut v)?;
+        Ok(())
+    }
+
     pub fn enable_oneway_spam_detection(&self, on: bool) -> Result<()> {
         let mut v: u32 = on as u32;
         self.ioctl(BINDER_ENABLE_ONEWAY_SPAM_DETECTION, &mut v)?;

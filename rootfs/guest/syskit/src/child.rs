@@ -38,36 +38,15 @@ impl Chan {
                 return Ok(Some(String::from_utf8_lossy(&line[..i]).into_owned()));
             }
             let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
+            if !crate::wait_readable(self.rx.as_raw_fd(), left)? {
                 return Ok(None);
             }
-            let mut p = libc::pollfd { fd: self.rx.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-            // SAFETY: p is one valid pollfd.
-            let r = unsafe { libc::poll(&mut p, 1, left.as_millis().clamp(1, 60_000) as libc::c_int) };
-            if r < 0 {
-                let e = io::Error::last_os_error();
-                if e.kind() == io::ErrorKind::Interrupted {
-                    continue;
-                }
-                return Err(e);
-            }
-            if r == 0 {
-                continue;
-            }
             let mut tmp = [0u8; 4096];
-            // SAFETY: tmp is a valid writable buffer of tmp.len() bytes.
-            let n = unsafe { libc::read(self.rx.as_raw_fd(), tmp.as_mut_ptr() as *mut libc::c_void, tmp.len()) };
-            if n < 0 {
-                let e = io::Error::last_os_error();
-                if e.kind() == io::ErrorKind::Interrupted {
-                    continue;
-                }
-                return Err(e);
-            }
+            let n = crate::read_some(self.rx.as_raw_fd(), &mut tmp)?;
             if n == 0 {
                 return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "peer closed the channel"));
             }
-            self.buf.extend_from_slice(&tmp[..n as usize]);
+            self.buf.extend_from_slice(&tmp[..n]);
         }
     }
 

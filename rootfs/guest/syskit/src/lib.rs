@@ -5,7 +5,7 @@
 pub mod child;
 
 use std::io::{self, Write};
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 
 /// A libc call's result: `Err` with errno when it returned a negative value.
 pub fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
@@ -13,6 +13,38 @@ pub fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
         Err(io::Error::last_os_error())
     } else {
         Ok(r)
+    }
+}
+
+/// Waits until `fd` is readable (true) or `timeout` passes (false); EINTR is retried.
+pub fn wait_readable(fd: RawFd, timeout: std::time::Duration) -> io::Result<bool> {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+        // SAFETY: p is one valid pollfd.
+        let r = unsafe { libc::poll(&mut p, 1, left.as_millis().min(60_000) as libc::c_int) };
+        match cvt(r) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+            Ok(0) if !left.is_zero() => continue,
+            Ok(n) => return Ok(n > 0),
+        }
+    }
+}
+
+/// Reads once into `buf` (EINTR retried); the byte count, 0 at EOF.
+pub fn read_some(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
+    loop {
+        // SAFETY: buf is a valid writable buffer of buf.len() bytes.
+        let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+        if n >= 0 {
+            return Ok(n as usize);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
     }
 }
 

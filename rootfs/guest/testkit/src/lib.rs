@@ -3,6 +3,7 @@
 //! Everything but [`kmsg`] I/O is pure and tested on the host. Forked helper processes
 //! are `syskit::child`.
 
+pub mod genl;
 pub mod kmsg;
 pub mod logs;
 pub mod payload;
