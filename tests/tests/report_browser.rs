@@ -85,3 +85,58 @@ fn nightly_report_renders_in_chromium_and_fails_without_a_plot() {
         seen.problems
     );
 }
+
+/// `lab ab`'s report (ab.html with its plots), rendered from recorded samples of a known C
+/// driver slowdown (docs/src/results/ab.md's first boot pair), in Chromium: no console
+/// message, no missing plot, every plot drawn; then a script error must fail the check.
+#[test]
+fn ab_report_renders_in_chromium() {
+    use lab::measure::ab::{self, Report, Size};
+    use lab::measure::bench::Profile;
+    let dir = tempfile::tempdir().unwrap();
+    let mut s: samples::Samples = BTreeMap::new();
+    let arms = |b: [f64; 3], t: [f64; 3]| -> BTreeMap<u32, Vec<f64>> { [(0, b.to_vec()), (1, t.to_vec())].into() };
+    s.insert(
+        "throughput.iterations_per_sec".into(),
+        arms([276125.0, 275010.0, 277300.0], [154724.0, 153980.0, 155410.0]),
+    );
+    s.insert(
+        "throughput-w2.iterations_per_sec".into(),
+        arms([121643.0, 120900.0, 122310.0], [45188.0, 45020.0, 45390.0]),
+    );
+    s.insert("tiers.other.cross_cluster.avg_ms".into(), arms([0.031, 0.030, 0.032], [0.052, 0.051, 0.053]));
+    s.insert("sendvec.0004.time_ns".into(), arms([12467.0, 12410.0, 12520.0], [32534.0, 32480.0, 32600.0]));
+    s.insert("sendvec.4096.time_ns".into(), arms([14120.0, 14080.0, 14190.0], [34310.0, 34250.0, 34400.0]));
+    let metrics = samples::summarise(&s);
+    let rows = ab::perf_rows(&metrics, 5.0, &BTreeMap::new());
+    let r = Report {
+        base: "cbinder".into(),
+        treatment: "cbinder+ab-0123456789ab".into(),
+        patches: vec!["tests/data/ab/c-delay.patch".into()],
+        profile: Profile::Quick,
+        size: Size::of(Profile::Quick),
+        timing: "recorded samples".into(),
+        builds: vec![],
+        gates: vec![],
+        rows,
+        perf_problems: vec![],
+        functions: vec![],
+        threshold: 5.0,
+        passed: false,
+        wall_s: 0.0,
+        profile_text: String::new(),
+        metrics,
+    };
+    let md = ab::write(&r, "cargo make ab --base cbinder --patch tests/data/ab/c-delay.patch", dir.path()).unwrap();
+    assert!(md.contains("worse"), "{md}");
+    let html = dir.path().join("ab.html");
+    let seen = browser::open(&html).unwrap();
+    assert!(seen.problems.is_empty(), "{:#?}", seen.problems);
+    assert!(seen.svgs >= 4, "three bar plots and the sendvec plot, got {} svg elements", seen.svgs);
+    assert_eq!(seen.screenshot, dir.path().join("ab.png"));
+
+    let text = std::fs::read_to_string(&html).unwrap().replace("</body>", "<script>nosuch()</script></body>");
+    std::fs::write(&html, text).unwrap();
+    let seen = browser::open(&html).unwrap();
+    assert!(seen.problems.iter().any(|p| p.contains("nosuch is not defined")), "{:#?}", seen.problems);
+}
