@@ -281,6 +281,11 @@ fn run_stages(opts: &Opts) -> Result<Vec<Stage>> {
         plans.push(("conformance-cbinder-spin-debug", "conformance", d, load("conformance")));
         plans.push(("kunit-cbinder-spin-debug", "kunit", d, load("kunit")));
         plans.push(("fuzz-cbinder-spin-debug", "fuzz", d, Ok(fuzz_plan(SPIN_FUZZ_OPS.min(opts.fuzz_ops)))));
+        // Two third-party stacks through each driver; full only: the first build of
+        // rsbinder-tools for the guest takes minutes (then it is cached).
+        let thirdparty = load("thirdparty");
+        plans.push(("thirdparty-perf", "thirdparty", "perf", thirdparty.clone()));
+        plans.push(("thirdparty-cbinder", "thirdparty", "cbinder", thirdparty));
     }
     let mut stages = vec![];
     for (name, kind, flavor, plan) in plans {
