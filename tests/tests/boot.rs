@@ -265,9 +265,13 @@ fn sigterm_ends_every_boot_of_a_parallel_reproduce() {
         assert!(child.try_wait().unwrap().is_none(), "reproduce ended before its boots overlapped");
         std::thread::sleep(Duration::from_millis(50));
     }
+    // Boots that ended before two ran at once are fine (seed 000 on the C driver first builds
+    // its kernel, so the other boots may come and go meanwhile); none may start after.
+    let running = seen.clone();
     let st = sigterm_and_wait(&mut child, &mut seen);
     assert_eq!(st.code(), Some(130), "an interrupted reproduce exits 130");
-    assert_eq!(seen.len(), 2, "QEMUs started: {seen:?}; only the two interrupted boots may");
+    let late: Vec<&u32> = seen.difference(&running).collect();
+    assert!(late.is_empty(), "QEMUs started after both boots ran: {late:?} (all: {seen:?})");
     for pid in seen {
         assert!(!Path::new(&format!("/proc/{pid}")).exists(), "QEMU {pid} left running");
     }

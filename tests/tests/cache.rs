@@ -151,19 +151,17 @@ fn refused_and_rebuilt(cache: &Path, how: &str, out: &Output, files: &[(&str, Pa
     assert!(text(&v).contains(&format!("{} ok, 0 damaged", files.len())), "{how}: {}", text(&v));
 }
 
-/// The main cache's published perf kernels copied into the scratch (a reuse there needs no
-/// tree lock, which another flavor's build may hold for many minutes). One published before
-/// manifests gets one on its first use, as in the main cache.
+/// The main cache's perf kernel of this tree copied into the scratch (a reuse there needs no
+/// tree lock, which another flavor's build may hold for many minutes). Only that one: the
+/// main cache also holds other trees' perf kernels (branches, A/B treatments), which the
+/// counts below must not see.
 fn seed_kernels(cache: &Path) {
-    let (from, to) = (lab::support::paths::cache().join("kernel/artifacts"), cache.join("kernel/artifacts"));
+    let built = lab::kbuild::kernel::build("perf").unwrap();
+    let from = built.image().parent().unwrap().to_path_buf();
+    let to = cache.join("kernel/artifacts");
     std::fs::create_dir_all(&to).unwrap();
-    for e in std::fs::read_dir(&from).unwrap().flatten() {
-        if !e.file_name().to_string_lossy().starts_with("perf-") {
-            continue;
-        }
-        let st = std::process::Command::new("cp").arg("-a").arg(e.path()).arg(&to).status().unwrap();
-        assert!(st.success());
-    }
+    let st = std::process::Command::new("cp").arg("-a").arg(&from).arg(&to).status().unwrap();
+    assert!(st.success());
 }
 
 #[test]
