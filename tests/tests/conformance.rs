@@ -33,8 +33,8 @@ const CASES: &[&str] = &[
     "prio_oneway",
     "prio_nested",
     "prio_dead_caller",
-    "fd_cycle_leak",
     "transaction_report",
+    "fd_cycle_leak",
     "leaks",
 ];
 

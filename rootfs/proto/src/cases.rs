@@ -41,11 +41,11 @@ pub const CONFORMANCE_CASES: &[CaseInfo] = &[
     case("prio_oneway", "priority inheritance: a FIFO caller's oneway call runs at the server's default"),
     case("prio_nested", "priority inheritance: A->B->A runs each at what its caller carries, then restores"),
     case("prio_dead_caller", "priority inheritance: no priority left on the server after its caller died"),
-    case("fd_cycle_leak", "a binder fd sent to its own process: refused (Rust), a documented leak (C)"),
     case(
         "transaction_report",
         "netlink reports of failed transactions: bad handle, too large, frozen (sync, oneway), dead target",
     ),
+    case("fd_cycle_leak", "a binder fd sent to its own process: refused (Rust), a documented leak (C)"),
     case("leaks", "no binder process, thread, node, ref or buffer left after the cases"),
     CaseInfo {
         name: "shrinker_zap_race",
