@@ -367,6 +367,33 @@ fn lava_submit_runs_the_default_plan_on_a_local_lava_instance() {
     assert!(std::fs::read_to_string(o.dir.join("results.jsonl")).unwrap().contains(r#""type":"done""#));
 }
 
+/// `reproduce --lava`: a multi-boot command's boots go to the farm as jobs and come back into
+/// the usual tables (seed 002 only: one boot, about two minutes on the local instance).
+#[test]
+#[ignore = "needs Debian's lava-server, lava-dispatcher and lavacli (cargo make setup --lava): cargo test -p lab-tests --test devloop -- --ignored lava_reproduce"]
+fn lava_reproduce_runs_its_boots_as_jobs_on_a_local_lava_instance() {
+    use lab::measure::bench::Profile;
+    let lava = LocalLava::start();
+    let target = lab::harness::opts::LavaTarget {
+        server: lava.url.clone(),
+        user: LAVA_USER.into(),
+        token: lava.token.clone(),
+        artifact_url: None,
+    };
+    let base = RunOpts { tcg: lab::harness::qemu::Tcg::Icount, lava: Some(target), ..opts("bench") };
+    let out = tempfile::tempdir().unwrap();
+    let r = lab::measure::reproduce::run_only(Profile::Quick, &base, out.path(), &["002".to_string()]).unwrap();
+    let runs: Vec<&Outcome> = r.outcomes().collect();
+    assert_eq!(runs.len(), 1, "one boot for seed 002");
+    let o = runs[0];
+    assert!(o.ok(), "{}", summary(o));
+    let job = std::fs::read_to_string(o.dir.join("lava-job.txt")).expect("the boot was a LAVA job");
+    assert!(job.contains("/scheduler/job/") && job.contains("Complete"), "{job}");
+    // The seed's table has the lab's numbers, read from the job's console.
+    assert!(!r.seed002.rows.is_empty(), "{}", r.text);
+    assert!(r.seed002.rows.values().all(|row| !row.per_mode.is_empty()), "{}", r.text);
+}
+
 #[test]
 #[ignore = "cross-builds rsbinder from crates.io (a few minutes): cargo test -p lab-tests --test devloop -- --ignored own_client"]
 fn own_client_rsbinder_recipe_builds_and_runs() {

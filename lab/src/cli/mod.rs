@@ -216,6 +216,8 @@ pub enum Cmd {
         #[command(flatten)]
         model: reproduce::ModelArgs,
         #[command(flatten)]
+        farm: lava::FarmArgs,
+        #[command(flatten)]
         run: RunArgs,
     },
     /// Everything for nightly CI into one artifact directory: kernels perf/debug/cbinder,
@@ -375,8 +377,8 @@ pub fn execute(cmd: Cmd) -> Result<Exit> {
         Cmd::Fuzz { fuzz, run } => fuzz::command(&run, &fuzz),
         Cmd::Bench { profile, reps, matrix: true, out, run, .. } => bench::matrix(profile, reps, out, &run),
         Cmd::Bench { profile, reps, threads, run, .. } => bench::run(profile, reps, threads, &run),
-        Cmd::Reproduce { profile, out, run, from: None, only, model } => {
-            reproduce::run(profile, out, &only, &model, &run)
+        Cmd::Reproduce { profile, out, run, from: None, only, model, farm } => {
+            reproduce::run(profile, out, &only, &model, &farm, &run)
         }
         Cmd::Nightly { profile, out, baseline, threshold, fuzz_ops, run } => {
             nightly::command(profile, out, baseline, threshold, fuzz_ops, &run)

@@ -36,12 +36,24 @@ pub struct ModelArgs {
     pub boots: Option<usize>,
 }
 
-pub fn run(profile: Profile, out: Option<PathBuf>, only: &[String], model: &ModelArgs, args: &RunArgs) -> Result<Exit> {
+pub fn run(
+    profile: Profile,
+    out: Option<PathBuf>,
+    only: &[String],
+    model: &ModelArgs,
+    farm: &crate::cli::lava::FarmArgs,
+    args: &RunArgs,
+) -> Result<Exit> {
     let out = out.unwrap_or_else(|| paths::repo().join("target/lab/reproduce").join(stamp::utc_stamp()));
     if model.model {
+        if farm.lava.is_some() {
+            anyhow::bail!("--model runs on the lab's QEMU (hicount and the cache plugin), which a LAVA farm's qemu devices do not have: drop --lava or --model");
+        }
         return run_model(profile, &out, only, model, args);
     }
-    let r = reproduce::run_only(profile, &args.measure_opts("bench")?, &out, only)?;
+    let mut opts = args.measure_opts("bench")?;
+    farm.apply(&mut opts)?;
+    let r = reproduce::run_only(profile, &opts, &out, only)?;
     println!("{}", r.text);
     for o in r.outcomes() {
         for p in o.problems() {

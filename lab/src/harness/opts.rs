@@ -12,6 +12,24 @@ pub const DEFAULT_BOARD: &str = "sa8155p";
 /// Seconds to wait for the guest init's first message unless `--boot-timeout` says otherwise.
 pub const DEFAULT_BOOT_TIMEOUT_S: u64 = 60;
 
+/// A LAVA farm that runs the boots instead of a local QEMU (`reproduce --lava`); the report
+/// stage sends each boot there as one job.
+#[derive(Clone)]
+pub struct LavaTarget {
+    pub server: String,
+    pub user: String,
+    pub token: String,
+    /// Where the workers fetch artifacts; None: file:// paths (a worker on this machine).
+    pub artifact_url: Option<String>,
+}
+
+impl std::fmt::Debug for LavaTarget {
+    // Never the token: options end up in logs.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "LavaTarget({}@{})", self.user, self.server)
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct RunOpts {
     /// Board name in board/ (`sa8155p`) or a path to a board file.
@@ -79,6 +97,8 @@ pub struct RunOpts {
     /// Boots at once for a command that boots more than once (`-j`); see
     /// [`crate::harness::boots::width`] for when it is one regardless.
     pub jobs: usize,
+    /// Every boot as a LAVA job on this farm instead of a local QEMU (`--lava`).
+    pub lava: Option<LavaTarget>,
 }
 
 impl Default for RunOpts {
@@ -117,6 +137,7 @@ impl Default for RunOpts {
             memory: None,
             stream: false,
             jobs: 1,
+            lava: None,
         }
     }
 }

@@ -152,9 +152,13 @@ pub const DEVICE_DICT: &str = "{% extends 'qemu.jinja2' %}\n{% set no_kvm = True
 /// Prepares kernel, DTB and initramfs into `out` and writes the job beside them. Artifact
 /// URLs are `<url_base>/<file>`, or file:// paths into `out` when no base is given.
 pub fn write(opts: &RunOpts, out: &Path, url_base: Option<&str>) -> Result<Written> {
+    write_plan(load_plan(&opts.plan)?, opts, out, url_base)
+}
+
+/// [`write`] for a plan given as such (the generated plans of `reproduce` and `ab`).
+pub fn write_plan(plan: labproto::Plan, opts: &RunOpts, out: &Path, url_base: Option<&str>) -> Result<Written> {
     std::fs::create_dir_all(out)?;
     let out = std::path::absolute(out)?;
-    let plan = load_plan(&opts.plan)?;
     let p = prepare(opts, plan, &out)?;
     std::fs::copy(p.kernel.image(), out.join("Image")).context("copying the kernel Image")?;
     // No result port and no QMP: results reach LAVA on the console.
@@ -257,6 +261,36 @@ pub fn target_lines(log: &str) -> Vec<String> {
         .collect()
 }
 
+/// What a farm's worker cannot run, if `opts` asks for it: its `qemu` device type starts the
+/// worker's own QEMU, so neither the lab's QEMU (`--qemu lab`, hicount, the cache model,
+/// DVFS) nor a debugger connection is there.
+pub fn refuse_on_farm(opts: &RunOpts) -> Result<()> {
+    use crate::harness::qemu::Tcg;
+    let why = if opts.qemu == crate::kbuild::qemu::Choice::Lab || opts.tcg == Tcg::Hicount || opts.cache {
+        Some("the lab's QEMU (--qemu lab, --tcg hicount, --cache, --model): a farm's qemu device runs the worker's own QEMU; run those here")
+    } else if opts.gdb || opts.gdbserver {
+        Some("--gdb/--gdbserver: a farm's job has no debugger connection")
+    } else {
+        None
+    };
+    match why {
+        Some(why) => bail!("--lava cannot run {why}"),
+        None => Ok(()),
+    }
+}
+
+/// One boot of `plan` as one job on the farm `opts.lava` names.
+pub fn run_on_farm(
+    plan: &labproto::Plan,
+    opts: &RunOpts,
+    target: &crate::harness::opts::LavaTarget,
+) -> Result<Outcome> {
+    refuse_on_farm(opts)?;
+    let farm = Farm::new(&target.server, &target.user, &target.token)?;
+    let mut done = submit_and_collect_plan(plan.clone(), opts, &farm, target.artifact_url.as_deref(), 1)?;
+    done.pop().with_context(|| format!("the farm returned no outcome for {}", plan.name))
+}
+
 /// How long a job may wait for a device, beyond its own timeout.
 const QUEUE_WAIT_S: u64 = 3600;
 
@@ -269,9 +303,20 @@ pub fn submit_and_collect(
     artifact_url: Option<&str>,
     boots: usize,
 ) -> Result<Vec<Outcome>> {
-    let name = paths::path_safe(&format!("lava-{}-{}", opts.board, opts.plan));
+    submit_and_collect_plan(load_plan(&opts.plan)?, opts, farm, artifact_url, boots)
+}
+
+/// [`submit_and_collect`] for a plan given as such.
+pub fn submit_and_collect_plan(
+    plan: labproto::Plan,
+    opts: &RunOpts,
+    farm: &Farm,
+    artifact_url: Option<&str>,
+    boots: usize,
+) -> Result<Vec<Outcome>> {
+    let name = paths::path_safe(&format!("lava-{}-{}", opts.board, plan.name));
     let first = new_run_dir(&name)?;
-    let w = write(opts, &first, artifact_url)?;
+    let w = write_plan(plan, opts, &first, artifact_url)?;
     let mut jobs = vec![];
     for boot in 0..boots {
         let dir = if boot == 0 { first.clone() } else { new_run_dir(&format!("{name}-{boot}"))? };
@@ -380,6 +425,33 @@ mod tests {
         assert_eq!(lines[1], r#"LABRESULT {"type":"step_start","step":"a \"q\""}"#);
         let ev = lines[1].split_once("LABRESULT ").and_then(|(_, j)| labproto::Event::parse_line(j));
         assert!(matches!(ev, Some(labproto::Event::StepStart { step }) if step == "a \"q\""));
+    }
+
+    #[test]
+    fn a_farm_refuses_what_its_worker_cannot_run() {
+        use crate::harness::qemu::Tcg;
+        assert!(refuse_on_farm(&RunOpts { tcg: Tcg::Icount, ..Default::default() }).is_ok());
+        for (o, word) in [
+            (RunOpts { tcg: Tcg::Hicount, ..Default::default() }, "lab's QEMU"),
+            (RunOpts { cache: true, ..Default::default() }, "lab's QEMU"),
+            (RunOpts { qemu: crate::kbuild::qemu::Choice::Lab, ..Default::default() }, "lab's QEMU"),
+            (RunOpts { gdb: true, ..Default::default() }, "debugger"),
+        ] {
+            let e = refuse_on_farm(&o).unwrap_err().to_string();
+            assert!(e.contains("--lava cannot run") && e.contains(word), "{e}");
+        }
+    }
+
+    #[test]
+    fn the_token_stays_out_of_debug_output() {
+        let t = crate::harness::opts::LavaTarget {
+            server: "https://lava.example.org".into(),
+            user: "u".into(),
+            token: "s3cret".into(),
+            artifact_url: None,
+        };
+        let shown = format!("{:?}", RunOpts { lava: Some(t), ..Default::default() });
+        assert!(shown.contains("u@https://lava.example.org") && !shown.contains("s3cret"), "{shown}");
     }
 
     #[test]

@@ -29,7 +29,11 @@ pub fn write_reports(dir: &Path, o: &Outcome) -> Result<()> {
 
 /// Boots a guest, runs `plan` in it (see [`harness_run::run_plan`]) and leaves its JUnit,
 /// TAP and KTAP reports in the run directory: how every command and test runs a plan.
+/// With `opts.lava` (a farm), the boot is one LAVA job there instead.
 pub fn run_plan_and_report(plan: &Plan, opts: &RunOpts) -> Result<Outcome> {
+    if let Some(target) = &opts.lava {
+        return lava::run_on_farm(plan, opts, target);
+    }
     let o = harness_run::run_plan(plan, opts)?;
     write_reports(&o.dir, &o)?;
     Ok(o)
