@@ -64,9 +64,15 @@ pub fn extra_options(argv: &[String]) -> Vec<String> {
     out
 }
 
-/// One monitor per step, in plan order.
+const RESULT_PATTERN: &str = r#"LABRESULT \{"type":"result","step":"[^"]*","case":"(?P<test_case_id>[^"]*)","status":"(?P<result>pass|fail|skip)""#;
+
+/// One monitor per step, in plan order, then one for the init's end: LAVA ends the test
+/// action (and QEMU) as soon as the last monitor ends, and the init's `done` line comes after
+/// the last step's end, so without it a job could stop before the line that says the plan
+/// finished.
 fn monitors(plan: &labproto::Plan) -> Vec<Value> {
-    plan.steps
+    let mut m: Vec<Value> = plan
+        .steps
         .iter()
         .map(|s| {
             let step = serde_json::to_string(&s.name).expect("strings serialize");
@@ -74,10 +80,13 @@ fn monitors(plan: &labproto::Plan) -> Vec<Value> {
                 "name": s.name,
                 "start": format!(r#"{{"type":"step_start","step":{step}}}"#),
                 "end": format!(r#"{{"type":"step_end","step":{step}"#),
-                "pattern": r#"LABRESULT \{"type":"result","step":"[^"]*","case":"(?P<test_case_id>[^"]*)","status":"(?P<result>pass|fail|skip)""#,
+                "pattern": RESULT_PATTERN,
             })
         })
-        .collect()
+        .collect();
+    // The kernel prints "reboot: Power down" (pr_emerg) when the init powers off.
+    m.push(json!({"name": "lab-init-done", "start": r#"{"type":"done"}"#, "end": "reboot: Power down", "pattern": RESULT_PATTERN}));
+    m
 }
 
 /// The job definition; `url` maps an artifact file name to its URL.
@@ -384,7 +393,9 @@ mod tests {
     fn a_monitor_per_step_reads_result_lines() {
         let plan = load_plan("default").unwrap();
         let m = monitors(&plan);
-        assert_eq!(m.len(), plan.steps.len());
+        assert_eq!(m.len(), plan.steps.len() + 1, "a monitor per step, then the init's end");
+        assert_eq!(m.last().unwrap()["start"], r#"{"type":"done"}"#);
+        assert_eq!(labproto::Event::Done.to_line().trim(), m.last().unwrap()["start"]);
         assert_eq!(m[1]["start"], r#"{"type":"step_start","step":"binder-smoke"}"#);
         // The pattern matches the init's console fallback line for a result, as serde writes it.
         let ev = labproto::Event::Result {
