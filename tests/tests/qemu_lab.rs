@@ -246,3 +246,64 @@ fn icount_seeds_are_other_boots_of_the_same_machine() {
         ..Default::default()
     });
 }
+
+/// Under `--cache`, a slice that plugin charges carried past its quantum's end gives that
+/// lead back on the vCPU's next slice (qemu/0007), so the lead does not come on top of the
+/// quantum every slice. A charge ends a slice only at the next TB, so slice k may overrun
+/// its own limit by its block's charges (`x`); what the check rules out is slice k also
+/// keeping the previous slice's overshoot `d`: its end past its own quantum's end is at most
+/// `x - d` (one instruction's slack). Before qemu/0007 every slice started afresh at the
+/// quantum's end and thousands of pairs broke this.
+#[test]
+fn hicount_cache_overshoot_is_taken_off_the_next_slice() {
+    use std::io::BufRead;
+    let opts = RunOpts { cache: true, qemu_trace: vec!["icount_hetero_slice".into()], ..hicount("default") };
+    let o = run_and_report(&opts).unwrap();
+    assert_ok(&o);
+    let log = o.dir.join(QEMU_TRACE_LOG);
+    let reader = std::io::BufReader::new(std::fs::File::open(&log).expect("QEMU wrote its trace log"));
+    // Above the slowest vCPU's instruction (silver: 352 ps x 1024/306 = 1178 ps): QEMU keeps
+    // an overshoot of at least one of the vCPU's instructions, and a budget ends a slice
+    // within one.
+    const SLACK_PS: i64 = 2_000;
+    // Per vCPU: how far its last slice ended past its quantum's end.
+    let mut debt = [0i64; 8];
+    let (mut slices, mut owed, mut broken) = (0u64, 0u64, Vec::new());
+    for line in reader.lines() {
+        let line = line.unwrap();
+        let Some((_, rest)) = line.split_once("icount_hetero_slice ") else { continue };
+        // cpu, start, end, limit, quantum end, deadline, min active
+        let v: Vec<i64> =
+            rest.split(|c: char| !c.is_ascii_digit() && c != '-').filter_map(|w| w.parse().ok()).collect();
+        assert_eq!(v.len(), 7, "a slice trace line with the quantum's end: {line}");
+        let (cpu, end, limit, qend) = (v[0] as usize, v[2], v[3], v[4]);
+        slices += 1;
+        let d = std::mem::take(&mut debt[cpu]);
+        if qend == i64::MAX {
+            continue; // no second vCPU: no quantum, and the debt lapses (as in QEMU)
+        }
+        let over = end - qend;
+        if d > 0 {
+            owed += 1;
+            let ran_past_limit = (end - limit).max(0);
+            if over + d > ran_past_limit + SLACK_PS {
+                broken.push((cpu, d, over, ran_past_limit));
+            }
+        }
+        if over >= SLACK_PS {
+            debt[cpu] = over;
+        }
+    }
+    assert!(slices > 100_000, "{slices} slices traced in {}", log.display());
+    assert!(owed > 1_000, "only {owed} slices followed an overshoot (of {slices}): the check saw too little");
+    assert!(
+        broken.is_empty(),
+        "{} of {owed} slices after an overshoot kept it (cpu, overshoot before, past own quantum end, past own \
+         limit; ps), e.g. {:?}; trace {}",
+        broken.len(),
+        &broken[..broken.len().min(5)],
+        log.display()
+    );
+    // Some 500 MB; kept only when the test fails.
+    let _ = std::fs::remove_file(&log);
+}
