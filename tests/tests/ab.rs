@@ -11,7 +11,7 @@ fn data(name: &str) -> String {
 }
 
 #[test]
-#[ignore = "a treatment build plus ten model boots (an hour on a loaded 2-core host, not yet timed on a quiet one): cargo test -p lab-tests --test ab -- --ignored known_slowdown"]
+#[ignore = "a treatment kernel build (4-6 min; 13+ when an old O= directory of it is stale) plus ten timing-model boots of 45-85 CPU s each (25 min for the boots at load 7-12, docs/src/results/ab.md): cargo test -p lab-tests --test ab -- --ignored known_slowdown"]
 fn a_known_slowdown_passes_the_gates_and_fails_on_throughput() {
     let out = tempfile::tempdir().unwrap();
     let st = lab()

@@ -75,6 +75,9 @@ pub struct RunOpts {
     pub dvfs: bool,
     /// The system QEMU or the lab's build (`qemu/`).
     pub qemu: crate::kbuild::qemu::Choice,
+    /// The binary `qemu` resolved to, and the lab build's key, when a command that boots many
+    /// times resolved it once ([`RunOpts::with_qemu_resolved`]); else each boot resolves it.
+    pub qemu_resolved: Option<(PathBuf, Option<String>)>,
     /// TCG plugins (`path,arg=value`); `{run}` in an argument becomes the run directory.
     pub plugins: Vec<String>,
     /// Load the cache cost plugin with the board's `[cache_model]` (`--cache`; hicount only).
@@ -127,6 +130,7 @@ impl Default for RunOpts {
             policy: None,
             dvfs: false,
             qemu: Default::default(),
+            qemu_resolved: None,
             plugins: vec![],
             cache: false,
             qemu_trace: vec![],
@@ -143,6 +147,23 @@ impl Default for RunOpts {
 }
 
 impl RunOpts {
+    /// These options with `qemu` resolved now, for every boot made from them: the arms of an
+    /// experiment must run on one emulator, and a change to the shared QEMU tree in the middle
+    /// of it (another session's work, not yet exported) must neither rebuild it between boots
+    /// nor fail the boots that follow.
+    pub fn with_qemu_resolved(&self) -> Result<RunOpts> {
+        let resolved = crate::kbuild::qemu::resolve(self.qemu)?;
+        Ok(RunOpts { qemu_resolved: Some(resolved), ..self.clone() })
+    }
+
+    /// The QEMU binary of a boot, and the lab build's key.
+    pub fn qemu_binary(&self) -> Result<(PathBuf, Option<String>)> {
+        match &self.qemu_resolved {
+            Some(r) => Ok(r.clone()),
+            None => crate::kbuild::qemu::resolve(self.qemu),
+        }
+    }
+
     /// Option combinations that cannot do what they say.
     pub fn check(&self) -> Result<()> {
         if self.pin && self.tcg != Tcg::Multi {
@@ -201,6 +222,17 @@ pub fn load_board_file(name: &str, smp: Option<u32>, memory: Option<&str>) -> Re
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_resolved_qemu_is_used_as_is() {
+        // Resolving the lab QEMU would build it: a resolved binary must not be looked up again.
+        let bin = (PathBuf::from("/pinned/qemu-system-aarch64"), Some("k".to_string()));
+        let o =
+            RunOpts { qemu: crate::kbuild::qemu::Choice::Lab, qemu_resolved: Some(bin.clone()), ..Default::default() };
+        assert_eq!(o.qemu_binary().unwrap(), bin);
+        let sys = RunOpts::default().with_qemu_resolved().unwrap();
+        assert_eq!(sys.qemu_resolved, Some((PathBuf::from(crate::kbuild::qemu::BINARY), None)));
+    }
 
     #[test]
     fn pin_needs_multi_threaded_tcg() {

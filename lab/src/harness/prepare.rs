@@ -49,7 +49,7 @@ pub fn prepare(opts: &RunOpts, plan: Plan, dir: &Path) -> Result<Prepared> {
         Some(dir) => kernel::Built::external(&opts.flavor, Path::new(&dir))?,
         None => kernel::build_with(&opts.flavor, &opts.kconfig)?,
     };
-    let (qemu_bin, qemu_key) = crate::kbuild::qemu::resolve(opts.qemu)?;
+    let (qemu_bin, qemu_key) = opts.qemu_binary()?;
     let base = std::fs::read(dtb::qemu_dtb(&cache, &board, &qemu_bin)?)?;
     let dtb = dir.join("board.dtb");
     std::fs::write(&dtb, board::generate_dtb_with(&board, &base, opts.dvfs)?)?;

@@ -66,8 +66,11 @@ impl Size {
 /// The seed workloads: seed 000's throughput (-w 8) and tiers (both classes, every tier),
 /// seed 001's -w 2 and inversion, seed 002's sendvec sizes.
 pub fn jobs(profile: Profile) -> Vec<Job> {
+    // binder-inversion's CPU hogs keep every vCPU busy for the whole step: at -i 50 its
+    // processes ran 30.2 G guest instructions, the other four quick workloads 1.5 G together
+    // (measured on cbinder under the model), so quick calls 10 times per high-priority sender.
     let (w8, w2, tiers, sendvec, inv) = match profile {
-        Profile::Quick => ("300", "1000", "100", "100", "50"),
+        Profile::Quick => ("300", "1000", "100", "100", "10"),
         Profile::Full => ("3000", "5000", "500", "1000", "200"),
     };
     let job = |bench: &'static str, argv: &[&str]| Job { bench, argv: argv.iter().map(|s| s.to_string()).collect() };
@@ -318,14 +321,27 @@ fn kunit_off(flavor: &str) -> bool {
         .unwrap_or(false)
 }
 
-/// The least boot timeout of an A/B's boots: a debug kernel (KASAN, lockdep) or the timing
-/// model on a loaded host boots in minutes (measured: every debug boot past 60 s at a load
-/// average of 25), and a boot timeout says nothing about the patch.
+/// The least boot timeout of an A/B's boots on an idle host: a debug kernel (KASAN, lockdep)
+/// or the timing model on a loaded host boots in minutes (measured: every debug boot past
+/// 60 s at a load average of 25), and a boot timeout says nothing about the patch.
 const MIN_BOOT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(300);
 
+/// The boot timeout of an A/B's boots: at least [`MIN_BOOT_TIMEOUT`], stretched by the host's
+/// load per core (a QEMU gets about cores/load of a core when more than `cores` runnable
+/// threads share the host), read when the boots are planned.
+fn boot_timeout(asked: std::time::Duration) -> std::time::Duration {
+    let load = std::fs::read_to_string("/proc/loadavg").ok().and_then(|s| load_per_core(&s));
+    asked.max(MIN_BOOT_TIMEOUT.mul_f64(load.unwrap_or(1.0).max(1.0)))
+}
+
+/// The 1-minute load average of /proc/loadavg's text per host core.
+fn load_per_core(loadavg: &str) -> Option<f64> {
+    let one: f64 = loadavg.split_whitespace().next()?.parse().ok()?;
+    Some(one / crate::harness::boots::default_jobs() as f64)
+}
+
 fn gate_run(plan: &Plan, flavor: &str, kind: &str, base: &RunOpts) -> Result<Outcome> {
-    let mut o =
-        RunOpts { flavor: flavor.into(), boot_timeout: base.boot_timeout.max(MIN_BOOT_TIMEOUT), ..base.clone() };
+    let mut o = RunOpts { flavor: flavor.into(), boot_timeout: boot_timeout(base.boot_timeout), ..base.clone() };
     if kind != "kunit" && kunit_off(flavor) {
         o.append.push("kunit.enable=0".into());
     }
@@ -389,7 +405,7 @@ fn perf_runs(
             let o = RunOpts {
                 flavor: flavors[arm as usize].into(),
                 qemu_seed: crate::measure::model::seed_of(b),
-                boot_timeout: opts.boot_timeout.max(MIN_BOOT_TIMEOUT),
+                boot_timeout: boot_timeout(opts.boot_timeout),
                 ..opts.clone()
             };
             items.push((arm, b, plan, o));
@@ -440,12 +456,14 @@ fn profile_plan(out: &Path, profile: Profile) -> Result<PathBuf> {
 /// The per-function difference of kernel instructions per call (lab profile's engine).
 fn profile_diff(flavors: [&str; 2], out: &Path, profile: Profile, opts: &RunOpts) -> Result<(String, Vec<FnDiff>)> {
     let plan = profile_plan(out, profile)?;
+    let icount = RunOpts { tcg: Tcg::Icount, ..opts.clone() };
     let sides: Vec<RunOpts> = flavors
         .iter()
-        .map(|f| RunOpts { flavor: f.to_string(), plan: plan.display().to_string(), tcg: Tcg::Icount, ..opts.clone() })
+        .map(|f| RunOpts { flavor: f.to_string(), plan: plan.display().to_string(), ..icount.clone() })
         .collect();
+    // Both sides at once: under icount a boot's counts do not depend on what else runs.
     let mut done = crate::harness::boots::each(
-        opts,
+        &icount,
         &sides,
         |o| format!("profile {}", o.flavor),
         crate::measure::profile::profiled_run,
@@ -534,6 +552,9 @@ pub fn run(req: &Request, opts: &RunOpts) -> Result<Report> {
     }
 
     let size = Size { boots: req.boots.unwrap_or(Size::of(req.profile).boots), ..Size::of(req.profile) };
+    // One QEMU binary for every boot of the A/B, resolved once (measured: another session's
+    // unexported work in the shared QEMU tree failed an A/B at its third boot).
+    let opts = &opts.with_qemu_resolved()?;
     let gate_list =
         gates(&t_perf, &req.base, debug.as_deref().zip(t_debug.as_deref()).map(|(d, td)| (td, d)), size, opts)?;
 
@@ -546,8 +567,11 @@ pub fn run(req: &Request, opts: &RunOpts) -> Result<Report> {
         perf_problems.push("not run: a gate failed on the treatment".into());
     }
     if !req.no_perf && !gate_failed && !crate::harness::run::interrupted() {
-        let popts =
-            if req.model { crate::measure::model::opts(opts) } else { RunOpts { tcg: Tcg::Icount, ..opts.clone() } };
+        let popts = if req.model {
+            crate::measure::model::opts(opts).with_qemu_resolved()?
+        } else {
+            RunOpts { tcg: Tcg::Icount, ..opts.clone() }
+        };
         let runs = perf_runs([&req.base, &t_perf], size, req.profile, &popts, req.model)?;
         for (arm, b, o) in &runs {
             for p in o.problems() {
@@ -842,6 +866,18 @@ mod tests {
         assert_eq!(rows.len(), 2, "{md}");
         assert!(rows[0].contains("**FAIL**: kernel splat (warning):") && rows[0].ends_with("`/runs/x` |"), "{md}");
         assert!(rows[1].contains("the base too"), "{md}");
+    }
+
+    #[test]
+    fn boot_timeouts_stretch_with_the_load_per_core() {
+        let cores = crate::harness::boots::default_jobs() as f64;
+        let per = load_per_core(&format!("{} 3.00 2.00 5/900 1234", 4.0 * cores)).unwrap();
+        assert!((per - 4.0).abs() < 1e-9, "{per}");
+        assert_eq!(load_per_core("garbage"), None);
+        // Never below the floor, and a longer --boot-timeout wins.
+        let long = std::time::Duration::from_secs(100_000);
+        assert_eq!(boot_timeout(long), long);
+        assert!(boot_timeout(std::time::Duration::from_secs(60)) >= MIN_BOOT_TIMEOUT);
     }
 
     #[test]

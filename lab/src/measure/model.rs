@@ -61,7 +61,13 @@ const SEED_CACHE_ROWS: [(&str, &str); 2] =
 
 /// What `--model` means: the lab QEMU, its timing model and the cache cost plugin.
 pub fn opts(base: &RunOpts) -> RunOpts {
-    RunOpts { qemu: crate::kbuild::qemu::Choice::Lab, tcg: Tcg::Hicount, cache: true, ..base.clone() }
+    RunOpts {
+        qemu: crate::kbuild::qemu::Choice::Lab,
+        qemu_resolved: None,
+        tcg: Tcg::Hicount,
+        cache: true,
+        ..base.clone()
+    }
 }
 
 /// QEMU's `-seed` of boot number `boot` (from 0): boot 0 is the single boot of before.
