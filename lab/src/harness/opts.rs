@@ -55,6 +55,9 @@ pub struct RunOpts {
     pub policy: Option<board::Policy>,
     /// Clusters as frequency domains of the lab QEMU's emulated qcom,cpufreq-hw (`--dvfs`).
     pub dvfs: bool,
+    /// The board's per-CPU idle states in the DT; the lab QEMU charges each one's exit latency
+    /// to a woken vCPU (`--idle`; hicount only).
+    pub idle: bool,
     /// The system QEMU or the lab's build (`qemu/`).
     pub qemu: crate::kbuild::qemu::Choice,
     /// TCG plugins (`path,arg=value`); `{run}` in an argument becomes the run directory.
@@ -106,6 +109,7 @@ impl Default for RunOpts {
             no_eas: false,
             policy: None,
             dvfs: false,
+            idle: false,
             qemu: Default::default(),
             plugins: vec![],
             cache: false,

@@ -28,6 +28,8 @@ pub struct Prepared {
     pub cache_plugin: Option<String>,
     /// The DTB describes the clusters as qcom,cpufreq-hw frequency domains (`--dvfs`).
     pub dvfs: bool,
+    /// The DTB lists the board's idle states and QEMU charges their exit latency (`--idle`).
+    pub idle: bool,
 }
 
 /// Builds what is missing and writes the DTB and initramfs into `dir`.
@@ -42,6 +44,7 @@ pub fn prepare(opts: &RunOpts, plan: Plan, dir: &Path) -> Result<Prepared> {
     let plan = with_policy(plan, &board, opts.policy)?;
     check_hicount(opts, &board)?;
     check_dvfs(opts, &board)?;
+    check_idle(opts, &board)?;
     let cache_plugin = cache_plugin(opts, &board, dir)?;
     // LAB_KERNEL boots a kernel built elsewhere, e.g. from a private tree while the shared
     // one is busy; the manifest records its Image's hash as the key.
@@ -52,7 +55,10 @@ pub fn prepare(opts: &RunOpts, plan: Plan, dir: &Path) -> Result<Prepared> {
     let (qemu_bin, qemu_key) = crate::kbuild::qemu::resolve(opts.qemu)?;
     let base = std::fs::read(dtb::qemu_dtb(&cache, &board, &qemu_bin)?)?;
     let dtb = dir.join("board.dtb");
-    std::fs::write(&dtb, board::generate_dtb_with(&board, &base, opts.dvfs)?)?;
+    std::fs::write(
+        &dtb,
+        board::generate_dtb_with(&board, &base, board::DtbFeatures { dvfs: opts.dvfs, idle: opts.idle })?,
+    )?;
 
     let bins = rootfs::build_guest(&rootfs::GuestBuildOpts { quiet: true, ..Default::default() })?;
     let mut spec = rootfs::InitramfsSpec::new(&bins, serde_json::to_string_pretty(&plan)?);
@@ -83,6 +89,7 @@ pub fn prepare(opts: &RunOpts, plan: Plan, dir: &Path) -> Result<Prepared> {
         qemu_key,
         cache_plugin,
         dvfs: opts.dvfs,
+        idle: opts.idle,
     })
 }
 
@@ -154,6 +161,30 @@ fn check_dvfs(opts: &RunOpts, board: &board::Board) -> Result<()> {
             board.source()
         );
     }
+    Ok(())
+}
+
+/// `--idle` needs the lab QEMU's timing model (qemu/0012 charges the exit latencies to each
+/// vCPU's own time; without it the states would cost nothing) and PSCI states on every cluster.
+fn check_idle(opts: &RunOpts, board: &board::Board) -> Result<()> {
+    if !opts.idle {
+        return Ok(());
+    }
+    if opts.tcg != Tcg::Hicount {
+        anyhow::bail!(
+            "--idle charges each idle state's exit latency to the woken vCPU's own time, which only the lab \
+             QEMU's timing model has: add --qemu lab --tcg hicount"
+        );
+    }
+    if !board::has_idle(board) {
+        anyhow::bail!(
+            "--idle needs a PSCI idle state on every cluster (clusters[].idle with a psci_param), which {} lacks \
+             (board/sa8155p.toml has them)",
+            board.source()
+        );
+    }
+    // A StateID QEMU's power_state cannot carry is refused here, before anything is built.
+    board::idle_exit_arg(board)?;
     Ok(())
 }
 
@@ -237,6 +268,7 @@ pub fn vm_spec(p: &Prepared, opts: &RunOpts, dir: &Path, console: Console) -> Re
         qemu_trace: (!opts.qemu_trace.is_empty()).then(|| (opts.qemu_trace.clone(), dir.join(QEMU_TRACE_LOG))),
         timing: p.board.timing().cloned(),
         devices: if p.dvfs { cpufreq_hw_devices(&p.board) } else { vec![] },
+        idle_exit: if p.idle { Some(board::idle_exit_arg(&p.board)?) } else { None },
         sockets: Some(sockets),
     })
 }
