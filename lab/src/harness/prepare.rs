@@ -301,6 +301,20 @@ mod tests {
     }
 
     #[test]
+    fn idle_needs_hicount_and_psci_states() {
+        let opts = RunOpts { idle: true, qemu: crate::kbuild::qemu::Choice::Lab, ..Default::default() };
+        let e = check_idle(&opts, &sa8155p()).unwrap_err().to_string();
+        assert!(e.contains("add --qemu lab --tcg hicount"), "{e}");
+        let hicount = RunOpts { tcg: Tcg::Hicount, ..opts };
+        assert!(check_idle(&hicount, &sa8155p()).is_ok());
+        let up = crate::harness::opts::load_board_file("sm8150-upstream", None, None).unwrap().0;
+        if !board::has_idle(&up) {
+            let e = check_idle(&hicount, &up).unwrap_err().to_string();
+            assert!(e.contains("clusters[].idle"), "{e}");
+        }
+    }
+
+    #[test]
     fn dvfs_needs_the_lab_qemu_and_opp_lists() {
         let opts = RunOpts { dvfs: true, ..Default::default() };
         let e = check_dvfs(&opts, &sa8155p()).unwrap_err().to_string();

@@ -680,6 +680,14 @@ mod tests {
         // Another boot of the model (`reproduce --model --boots N`) is another seed.
         s.seed = 3;
         assert!(has_pair(&s.argv(), "-seed", "3"));
+        // --idle: each vCPU's PSCI states and exit latencies go to the same -icount.
+        s.idle_exit = Some("0x4@909000:0x4@909000:0x4@1461000:0x4@1461000".into());
+        assert!(has_pair(
+            &s.argv(),
+            "-icount",
+            "shift=0,sleep=off,align=off,cpu-ps=1175:1175:413:352,quantum=5000,\
+             idle-exit=0x4@909000:0x4@909000:0x4@1461000:0x4@1461000"
+        ));
     }
 
     #[test]
