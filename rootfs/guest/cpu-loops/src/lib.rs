@@ -8,6 +8,8 @@
 //! `cpuN` with `insns` (2 per iteration) and `ns`; `--parallel` adds `all` with the time from
 //! the common start to the last loop's end.
 
+pub mod wake;
+
 use labproto::{report, Status};
 use serde_json::json;
 use std::sync::{Arc, Barrier};
