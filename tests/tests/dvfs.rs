@@ -16,15 +16,20 @@ fn dvfs(tcg: Tcg) -> RunOpts {
     RunOpts { plan: "dvfs".into(), tcg, qemu: Choice::Lab, dvfs: true, ..Default::default() }
 }
 
-/// Guest ns of the loop on cpu0 in step `step`.
-fn loop_ns(o: &Outcome, step: &str) -> f64 {
+/// The loop on cpu0 in step `step`: `key` of its result (`ns`, `cycles`).
+fn loop_value(o: &Outcome, step: &str, key: &str) -> f64 {
     o.events
         .iter()
         .find_map(|e| match e {
-            labproto::Event::Result { step: s, case, data, .. } if s == step && case == "cpu0" => data["ns"].as_f64(),
+            labproto::Event::Result { step: s, case, data, .. } if s == step && case == "cpu0" => data[key].as_f64(),
             _ => None,
         })
-        .unwrap_or_else(|| panic!("no {step}/cpu0 result:\n{}", summary(o)))
+        .unwrap_or_else(|| panic!("no {step}/cpu0 {key}:\n{}", summary(o)))
+}
+
+/// Guest ns of the loop on cpu0 in step `step`.
+fn loop_ns(o: &Outcome, step: &str) -> f64 {
+    loop_value(o, step, "ns")
 }
 
 /// With the userspace governor at three silver OPPs a pinned loop's guest time is
@@ -39,6 +44,16 @@ fn hicount_loop_time_scales_as_one_over_f() {
     for khz in [300_000, 1_036_800] {
         let r = at(khz) / top;
         assert!((r - 1.0).abs() < 0.01, "time x f at {khz} kHz is {r:.4} x the top OPP's");
+    }
+    // Cycles follow the clock (qemu/0014-0015): the PMU counts the loop's time x f, the
+    // same number of cycles at every OPP.
+    for khz in [300_000, 1_036_800, 1_785_600] {
+        let step = format!("opp-{khz}");
+        let cycles = loop_value(&o, &step, "cycles");
+        let r = cycles / (loop_ns(&o, &step) * f64::from(khz) / 1e6);
+        assert!((r - 1.0).abs() < 0.01, "{step}: {cycles} cycles are {r:.4} x time x f");
+        let top = loop_value(&o, "opp-1785600", "cycles");
+        assert!((cycles / top - 1.0).abs() < 0.01, "{step}: {cycles} cycles against {top} at the top OPP");
     }
     let again = run_and_report(&dvfs(Tcg::Hicount)).unwrap();
     for f in ["results.jsonl", "console.log"] {

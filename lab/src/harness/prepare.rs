@@ -190,7 +190,7 @@ fn check_idle(opts: &RunOpts, board: &board::Board) -> Result<()> {
 
 /// `-device` arguments of the emulated qcom,cpufreq-hw, one per frequency domain (`--dvfs`):
 /// its register block, its vCPUs, the board's LUT words, and picoseconds per instruction
-/// per row (0 without `[timing]`: the speed then never changes).
+/// per row (0 without `[timing]`: the speed then never changes) and each row's clock.
 pub fn cpufreq_hw_devices(board: &board::Board) -> Vec<String> {
     board::cpufreq_domains(board)
         .iter()
@@ -203,6 +203,8 @@ pub fn cpufreq_hw_devices(board: &board::Board) -> Vec<String> {
                 "freq-lut": d.rows.iter().map(|r| r.freq).collect::<Vec<_>>(),
                 "volt-lut": d.rows.iter().map(|r| r.volt).collect::<Vec<_>>(),
                 "ps-per-insn": d.rows.iter().map(|r| r.ps_per_insn).collect::<Vec<_>>(),
+                // The row's clock: the PMU cycle counter counts at it (qemu/0015).
+                "khz": d.rows.iter().map(|r| r.khz).collect::<Vec<_>>(),
             })
             .to_string()
         })
@@ -294,6 +296,8 @@ mod tests {
         assert_eq!(devs.iter().map(|d| d["cpus"].as_u64().unwrap()).collect::<Vec<_>>(), [0x0f, 0x70, 0x80]);
         assert_eq!(devs[0]["driver"], "qcom-cpufreq-hw");
         assert_eq!(devs[0]["freq-lut"].as_array().unwrap().len(), 18);
+        assert_eq!(devs[0]["khz"][0], 300_000);
+        assert_eq!(devs[2]["khz"].as_array().unwrap().last().unwrap(), 2_841_600);
         assert_eq!(devs[2]["volt-lut"].as_array().unwrap().last().unwrap(), 1000);
         // The top row is [timing]'s speed, the one `-icount cpu-ps=` boots with.
         let ps = b.timing().unwrap().cpu_ps_per_insn.clone();
