@@ -52,18 +52,37 @@ pub fn dtb_to_dts(dtb: &[u8]) -> Result<String> {
 /// Logical CPU N is the Nth cpu node, which is how arm64 Linux numbers them.
 /// New phandles are allocated above the largest one already in the tree.
 pub fn generate_dtb(board: &Board, qemu_dtb: &[u8]) -> Result<Vec<u8>> {
-    generate_dtb_with(board, qemu_dtb, false)
+    generate_dtb_with(board, qemu_dtb, DtbFeatures::default())
 }
 
-/// [`generate_dtb`], with `dvfs` the board's clusters as frequency domains of the lab QEMU's
-/// emulated `qcom,cpufreq-hw` at [`crate::CPUFREQ_HW_BASE`] (`--dvfs`): the node
+/// What a run adds to the board's DTB beyond its CPUs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DtbFeatures {
+    /// The clusters as frequency domains of the emulated `qcom,cpufreq-hw` (`--dvfs`).
+    pub dvfs: bool,
+    /// The per-CPU idle states of `clusters[].idle` (`--idle`).
+    pub idle: bool,
+}
+
+/// [`generate_dtb`], with `features.dvfs` the board's clusters as frequency domains of the
+/// lab QEMU's emulated `qcom,cpufreq-hw` at [`crate::CPUFREQ_HW_BASE`] (`--dvfs`): the node
 /// sm8150.dtsi has (clocks `xo` and `alternate`, `#freq-domain-cells`), each cpu node's
 /// `qcom,freq-domain`, and no `operating-points-v2`: without one the driver takes its OPPs
 /// from the LUTs, may switch from the scheduler (`fast_switch`), and cpufreq-dt stays away.
-pub fn generate_dtb_with(board: &Board, qemu_dtb: &[u8], dvfs: bool) -> Result<Vec<u8>> {
+/// With `features.idle`, `/cpus/idle-states` holds each cluster's PSCI states (as
+/// retention-type parameters, see [`crate::retention_param`]) and each cpu node lists its
+/// cluster's in `cpu-idle-states`, as sm8150.dtsi does.
+pub fn generate_dtb_with(board: &Board, qemu_dtb: &[u8], features: DtbFeatures) -> Result<Vec<u8>> {
+    let DtbFeatures { dvfs, idle } = features;
     ensure!(
         !dvfs || board.has_dvfs(),
         "board {} has no OPP list on every cluster (clusters[].dvfs): add them or run without --dvfs",
+        board.source()
+    );
+    ensure!(
+        !idle || crate::idle::has_idle(board),
+        "board {} has no PSCI idle state (clusters[].idle with a psci_param) on every cluster: add them or run \
+         without --idle",
         board.source()
     );
     let fdt = Fdt::new(qemu_dtb).map_err(|e| anyhow!("QEMU DTB does not parse: {e}"))?;
@@ -81,6 +100,8 @@ pub fn generate_dtb_with(board: &Board, qemu_dtb: &[u8], dvfs: bool) -> Result<V
     };
 
     let cpus = tree.root.child_mut("cpus").ok_or_else(|| anyhow!("QEMU DTB has no /cpus node"))?;
+    let idle_phandles =
+        if idle { add_idle_states(cpus, board, &mut phandles)? } else { vec![vec![]; board.clusters().len()] };
     let cpu_names: Vec<String> = (*cpus).children().filter(|n| is_cpu_node(n)).map(|n| n.name().to_string()).collect();
     ensure!(
         cpu_names.len() == board.smp() as usize,
@@ -104,6 +125,9 @@ pub fn generate_dtb_with(board: &Board, qemu_dtb: &[u8], dvfs: bool) -> Result<V
             node.add_property(prop("operating-points-v2", opp)?);
             node.add_property(prop("dynamic-power-coefficient", e.dynamic_power_coefficient)?);
         }
+        if !idle_phandles[cluster_idx].is_empty() {
+            node.add_property(prop("cpu-idle-states", idle_phandles[cluster_idx].as_slice())?);
+        }
         if let Some(hw) = cpufreq_hw {
             node.add_property(prop("qcom,freq-domain", [hw, cluster_idx as u32].as_slice())?);
             if let Some(e) = cluster.eas {
@@ -118,6 +142,38 @@ pub fn generate_dtb_with(board: &Board, qemu_dtb: &[u8], dvfs: bool) -> Result<V
     cpus.remove_child("cpu-map");
     cpus.add_child(cpu_map(board, &cpu_phandles)?);
     Ok(tree.to_dtb())
+}
+
+/// `/cpus/idle-states` with one `arm,idle-state` node per cluster and PSCI state (WFI is
+/// cpuidle's own state 0); returns each cluster's state phandles, shallowest first.
+fn add_idle_states(cpus: &mut DeviceTreeNode, board: &Board, phandles: &mut Phandles) -> Result<Vec<Vec<u32>>> {
+    ensure!(cpus.child("idle-states").is_none(), "QEMU DTB already has a /cpus/idle-states node");
+    let mut node = DeviceTreeNode::builder("idle-states")?.property(prop("entry-method", "psci")?).build();
+    let mut out = Vec::new();
+    for (c, cluster) in board.clusters().iter().enumerate() {
+        let cpu = cluster.cpus[0];
+        let mut phs = Vec::new();
+        for (i, (param, s)) in crate::idle::cpu_idle_states(board, cpu)?.into_iter().enumerate() {
+            let ph = phandles.alloc()?;
+            let mut state = DeviceTreeNode::builder(format!("cpu-sleep-{c}-{i}"))?
+                .property(prop("compatible", "arm,idle-state")?)
+                .property(prop("idle-state-name", s.name.as_str())?)
+                .property(prop("arm,psci-suspend-param", param)?)
+                .property(prop("entry-latency-us", s.entry_us)?)
+                .property(prop("exit-latency-us", s.exit_us)?)
+                .property(prop("min-residency-us", s.min_residency_us)?)
+                .property(prop("phandle", ph)?)
+                .build();
+            if s.local_timer_stop {
+                state.add_property(prop("local-timer-stop", &[] as &[u8])?);
+            }
+            node.add_child(state);
+            phs.push(ph);
+        }
+        out.push(phs);
+    }
+    cpus.add_child(node);
+    Ok(out)
 }
 
 /// A root `fixed-clock` node; returns its phandle.

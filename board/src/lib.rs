@@ -60,6 +60,7 @@ mod dvfs;
 mod eas;
 mod error;
 mod expect;
+mod idle;
 mod load;
 mod model;
 mod policy;
@@ -68,7 +69,7 @@ mod timing;
 mod topology;
 mod validate;
 
-pub use dtb::{dtb_to_dts, generate_dtb, generate_dtb_with, qemu_dtb_key};
+pub use dtb::{dtb_to_dts, generate_dtb, generate_dtb_with, qemu_dtb_key, DtbFeatures};
 pub use dvfs::{
     cpufreq_domains, cpufreq_hw_reg, lut_words, CpufreqDomain, LutRow, ALTERNATE_HZ, CPUFREQ_HW_BASE, XO_HZ,
 };
@@ -77,6 +78,7 @@ pub use eas::{
     DomainExpect, DomainObserved, EasObserved, PolicyObserved, StateExpect, StateObserved,
 };
 pub use error::BoardError;
+pub use idle::{cpu_idle_states, has_idle, idle_exit_arg, retention_param};
 pub use model::{
     Board, Cache, Cluster, ClusterDvfs, ClusterEas, CpuMap, CpuMapLayout, IdleState, Opp, Policy, PolicyWrite, Timing,
 };

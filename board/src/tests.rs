@@ -806,7 +806,7 @@ fn idle_states_are_the_dtsi_and_downstream_ones() {
 
 #[test]
 fn sa8155p_dtb_dvfs_describes_the_cpufreq_hw() {
-    let out = generate_dtb_with(&sa8155p(), FIXTURE, true).unwrap();
+    let out = generate_dtb_with(&sa8155p(), FIXTURE, DtbFeatures { dvfs: true, idle: false }).unwrap();
     let fdt = Fdt::new(&out).unwrap();
     let phandles = phandle_map(&fdt);
     let hw = fdt.find_node("/cpufreq@b000000").expect("the cpufreq-hw node");
@@ -833,7 +833,7 @@ fn sa8155p_dtb_dvfs_describes_the_cpufreq_hw() {
     assert!(fdt.find_node("/opp-table-cluster0").is_none());
     // Without OPP lists there is no frequency domain to describe.
     let up = board(UPSTREAM, "board/sm8150-upstream.toml");
-    let e = generate_dtb_with(&up, FIXTURE, true).unwrap_err().to_string();
+    let e = generate_dtb_with(&up, FIXTURE, DtbFeatures { dvfs: true, idle: false }).unwrap_err().to_string();
     assert!(e.contains("no OPP list on every cluster") && e.contains("--dvfs"), "{e}");
 }
 
@@ -898,4 +898,48 @@ fn dvfs_energy_model_has_every_opp() {
     let mut dt = ok;
     dt.policies[0].driver = Some("cpufreq-dt".into());
     assert!(compare_eas_with(&b, &dt, true)[0].contains("qcom-cpufreq-hw with schedutil"));
+}
+
+#[test]
+fn sa8155p_dtb_idle_lists_each_clusters_psci_states() {
+    let out = generate_dtb_with(&sa8155p(), FIXTURE, DtbFeatures { dvfs: false, idle: true }).unwrap();
+    let fdt = Fdt::new(&out).unwrap();
+    let phandles = phandle_map(&fdt);
+    let states = fdt.find_node("/cpus/idle-states").expect("the idle-states node");
+    assert_eq!(states.property("entry-method").unwrap().value(), b"psci\0");
+    for (i, c) in cpu_nodes(&fdt).iter().enumerate() {
+        let refs = be_u32s(c, "cpu-idle-states");
+        assert_eq!(refs.len(), 1, "cpu{i}: one PSCI state (WFI is cpuidle's own)");
+        let s = fdt.find_node(&phandles[&refs[0]]).unwrap();
+        assert_eq!(s.property("compatible").unwrap().value(), b"arm,idle-state\0");
+        // Retention type, StateID kept: QEMU's PSCI has the original power_state format only.
+        assert_eq!(u32_prop(&s, "arm,psci-suspend-param"), 0x4, "cpu{i}");
+        let (entry, exit, residency) = if i < 4 { (355, 909, 3934) } else { (241, 1461, 4488) };
+        assert_eq!(
+            [u32_prop(&s, "entry-latency-us"), u32_prop(&s, "exit-latency-us"), u32_prop(&s, "min-residency-us")],
+            [entry, exit, residency],
+            "cpu{i}"
+        );
+        assert!(s.property("local-timer-stop").is_some(), "cpu{i}");
+    }
+    assert_eq!(
+        idle_exit_arg(&sa8155p()).unwrap(),
+        ["0x4@909000"; 4].into_iter().chain(["0x4@1461000"; 4]).collect::<Vec<_>>().join(":")
+    );
+    // Without --idle the DT has no states.
+    let plain = generate_dtb(&sa8155p(), FIXTURE).unwrap();
+    assert!(Fdt::new(&plain).unwrap().find_node("/cpus/idle-states").is_none());
+}
+
+#[test]
+fn retention_params_keep_the_state_id() {
+    assert_eq!(retention_param(0x4000_0004).unwrap(), 0x4);
+    assert_eq!(retention_param(0x4).unwrap(), 0x4);
+    let e = retention_param(0x4100_c244).unwrap_err().to_string();
+    assert!(e.contains("0x100c244") && e.contains("16 bits"), "{e}");
+    let up = board(UPSTREAM, "board/sm8150-upstream.toml");
+    if !has_idle(&up) {
+        let e = generate_dtb_with(&up, FIXTURE, DtbFeatures { dvfs: false, idle: true }).unwrap_err().to_string();
+        assert!(e.contains("--idle") && e.contains("clusters[].idle"), "{e}");
+    }
 }

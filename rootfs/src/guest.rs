@@ -31,6 +31,7 @@ pub const GUEST_PROGRAMS: &[&str] = &[
     "binder-inversion",
     "binder-kprof",
     "cpu-loops",
+    "wake-latency",
     "sched-sync",
 ];
 const CROSS_FIX: &str = "install gcc-aarch64-linux-gnu libc6-dev-arm64-cross (cargo make setup does this)";

@@ -16,15 +16,20 @@ fn dvfs(tcg: Tcg) -> RunOpts {
     RunOpts { plan: "dvfs".into(), tcg, qemu: Choice::Lab, dvfs: true, ..Default::default() }
 }
 
-/// Guest ns of the loop on cpu0 in step `step`.
-fn loop_ns(o: &Outcome, step: &str) -> f64 {
+/// The loop on cpu0 in step `step`: `key` of its result (`ns`, `cycles`).
+fn loop_value(o: &Outcome, step: &str, key: &str) -> f64 {
     o.events
         .iter()
         .find_map(|e| match e {
-            labproto::Event::Result { step: s, case, data, .. } if s == step && case == "cpu0" => data["ns"].as_f64(),
+            labproto::Event::Result { step: s, case, data, .. } if s == step && case == "cpu0" => data[key].as_f64(),
             _ => None,
         })
-        .unwrap_or_else(|| panic!("no {step}/cpu0 result:\n{}", summary(o)))
+        .unwrap_or_else(|| panic!("no {step}/cpu0 {key}:\n{}", summary(o)))
+}
+
+/// Guest ns of the loop on cpu0 in step `step`.
+fn loop_ns(o: &Outcome, step: &str) -> f64 {
+    loop_value(o, step, "ns")
 }
 
 /// With the userspace governor at three silver OPPs a pinned loop's guest time is
@@ -40,6 +45,16 @@ fn hicount_loop_time_scales_as_one_over_f() {
         let r = at(khz) / top;
         assert!((r - 1.0).abs() < 0.01, "time x f at {khz} kHz is {r:.4} x the top OPP's");
     }
+    // Cycles follow the clock (qemu/0014-0015): the PMU counts the loop's time x f, the
+    // same number of cycles at every OPP.
+    for khz in [300_000, 1_036_800, 1_785_600] {
+        let step = format!("opp-{khz}");
+        let cycles = loop_value(&o, &step, "cycles");
+        let r = cycles / (loop_ns(&o, &step) * f64::from(khz) / 1e6);
+        assert!((r - 1.0).abs() < 0.01, "{step}: {cycles} cycles are {r:.4} x time x f");
+        let top = loop_value(&o, "opp-1785600", "cycles");
+        assert!((cycles / top - 1.0).abs() < 0.01, "{step}: {cycles} cycles against {top} at the top OPP");
+    }
     let again = run_and_report(&dvfs(Tcg::Hicount)).unwrap();
     for f in ["results.jsonl", "console.log"] {
         let read = |o: &Outcome| std::fs::read(o.dir.join(f)).unwrap();
@@ -52,4 +67,50 @@ fn hicount_loop_time_scales_as_one_over_f() {
 #[test]
 fn plain_tcg_runs_the_driver() {
     assert_ok(&run_and_report(&dvfs(Tcg::Single)).unwrap());
+}
+
+fn idle(states: bool) -> RunOpts {
+    RunOpts { plan: "idle".into(), tcg: Tcg::Hicount, qemu: Choice::Lab, idle: states, ..Default::default() }
+}
+
+/// The wake-latency result of step `step`.
+fn wake(o: &Outcome, step: &str) -> serde_json::Value {
+    o.events
+        .iter()
+        .find_map(|e| match e {
+            labproto::Event::Result { step: s, data, .. } if s == step => Some(data.clone()),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no {step} result:\n{}", summary(o)))
+}
+
+/// `--idle`: a periodic sleeper's wake-ups on an idle silver and gold CPU come from the power
+/// collapse state cpuidle chose (its usage count) and each pays that state's exit latency
+/// (qemu/0012): the median wake-up latency is the exit latency longer than without states.
+/// Two boots with states give the same bytes.
+#[test]
+fn hicount_idle_wakeups_pay_the_exit_latency() {
+    let with = run_and_report(&idle(true)).unwrap();
+    assert_ok(&with);
+    let without = run_and_report(&idle(false)).unwrap();
+    assert_ok(&without);
+    for (step, state, exit_ns) in
+        [("wake-silver", "little-rail-power-collapse", 909_000), ("wake-gold", "big-rail-power-collapse", 1_461_000)]
+    {
+        let (w, n) = (wake(&with, step), wake(&without, step));
+        let used = w["idle_usage"][state].as_u64().unwrap_or_else(|| panic!("{step}: no {state} in {w}"));
+        assert!(used >= 45, "{step}: cpuidle chose {state} for {used} of 50 wake-ups: {w}");
+        assert!(n["idle_usage"].get(state).is_none(), "{step}: {state} without --idle: {n}");
+        let extra = w["p50_ns"].as_i64().unwrap() - n["p50_ns"].as_i64().unwrap();
+        assert!(
+            (exit_ns..exit_ns + 100_000).contains(&extra),
+            "{step}: the median wake-up is {extra} ns longer with idle states, expected {exit_ns} ns (+ < 100 us): \
+             with {w}, without {n}"
+        );
+    }
+    let again = run_and_report(&idle(true)).unwrap();
+    for f in ["results.jsonl", "console.log"] {
+        let read = |o: &Outcome| std::fs::read(o.dir.join(f)).unwrap();
+        assert!(read(&with) == read(&again), "{f} differs: {} vs {}", with.dir.display(), again.dir.display());
+    }
 }

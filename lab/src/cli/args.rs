@@ -133,6 +133,11 @@ pub struct RunFields {
     /// change changes the domain's speed).
     #[arg(long)]
     pub dvfs: bool,
+    /// Idle states: the board's per-CPU states (clusters[].idle) in the DT for the guest's
+    /// cpuidle, entered through PSCI CPU_SUSPEND; a woken vCPU starts the exit latency of the
+    /// state it was in later (needs --qemu lab --tcg hicount).
+    #[arg(long)]
+    pub idle: bool,
     /// Which QEMU: the system's, or the lab's patched build (qemu/, built on first use).
     #[arg(long, value_enum, env = "LAB_QEMU", default_value = "system")]
     pub qemu: crate::kbuild::qemu::Choice,
@@ -276,6 +281,7 @@ impl RunArgs {
             no_eas: self.no_eas,
             policy: self.policy,
             dvfs: self.dvfs,
+            idle: self.idle,
             jobs: self.jobs.map_or_else(crate::harness::boots::default_jobs, |j| j as usize),
             ..Default::default()
         })
@@ -329,6 +335,7 @@ mod tests {
         ("no-eas", &[]),
         ("policy", &["mainline"]),
         ("dvfs", &[]),
+        ("idle", &[]),
         ("qemu", &["lab"]),
         ("plugin", &["p.so,arg={run}/x", "q.so"]),
         ("cache", &[]),

@@ -115,6 +115,7 @@ mod tests {
             qemu_key: None,
             cache_plugin: None,
             dvfs: false,
+            idle: false,
         };
         let opts = RunOpts::default();
         let spec = vm_spec(&p, &opts, d.path(), Console::Pipe).unwrap();

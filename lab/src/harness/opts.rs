@@ -73,6 +73,9 @@ pub struct RunOpts {
     pub policy: Option<board::Policy>,
     /// Clusters as frequency domains of the lab QEMU's emulated qcom,cpufreq-hw (`--dvfs`).
     pub dvfs: bool,
+    /// The board's per-CPU idle states in the DT; the lab QEMU charges each one's exit latency
+    /// to a woken vCPU (`--idle`; hicount only).
+    pub idle: bool,
     /// The system QEMU or the lab's build (`qemu/`).
     pub qemu: crate::kbuild::qemu::Choice,
     /// The binary `qemu` resolved to, and the lab build's key, when a command that boots many
@@ -129,6 +132,7 @@ impl Default for RunOpts {
             no_eas: false,
             policy: None,
             dvfs: false,
+            idle: false,
             qemu: Default::default(),
             qemu_resolved: None,
             plugins: vec![],

@@ -28,6 +28,8 @@ pub struct Prepared {
     pub cache_plugin: Option<String>,
     /// The DTB describes the clusters as qcom,cpufreq-hw frequency domains (`--dvfs`).
     pub dvfs: bool,
+    /// The DTB lists the board's idle states and QEMU charges their exit latency (`--idle`).
+    pub idle: bool,
 }
 
 /// Builds what is missing and writes the DTB and initramfs into `dir`.
@@ -42,6 +44,7 @@ pub fn prepare(opts: &RunOpts, plan: Plan, dir: &Path) -> Result<Prepared> {
     let plan = with_policy(plan, &board, opts.policy)?;
     check_hicount(opts, &board)?;
     check_dvfs(opts, &board)?;
+    check_idle(opts, &board)?;
     let cache_plugin = cache_plugin(opts, &board, dir)?;
     // LAB_KERNEL boots a kernel built elsewhere, e.g. from a private tree while the shared
     // one is busy; the manifest records its Image's hash as the key.
@@ -52,7 +55,10 @@ pub fn prepare(opts: &RunOpts, plan: Plan, dir: &Path) -> Result<Prepared> {
     let (qemu_bin, qemu_key) = opts.qemu_binary()?;
     let base = std::fs::read(dtb::qemu_dtb(&cache, &board, &qemu_bin)?)?;
     let dtb = dir.join("board.dtb");
-    std::fs::write(&dtb, board::generate_dtb_with(&board, &base, opts.dvfs)?)?;
+    std::fs::write(
+        &dtb,
+        board::generate_dtb_with(&board, &base, board::DtbFeatures { dvfs: opts.dvfs, idle: opts.idle })?,
+    )?;
 
     let bins = rootfs::build_guest(&rootfs::GuestBuildOpts { quiet: true, ..Default::default() })?;
     let mut spec = rootfs::InitramfsSpec::new(&bins, serde_json::to_string_pretty(&plan)?);
@@ -83,6 +89,7 @@ pub fn prepare(opts: &RunOpts, plan: Plan, dir: &Path) -> Result<Prepared> {
         qemu_key,
         cache_plugin,
         dvfs: opts.dvfs,
+        idle: opts.idle,
     })
 }
 
@@ -157,9 +164,33 @@ fn check_dvfs(opts: &RunOpts, board: &board::Board) -> Result<()> {
     Ok(())
 }
 
+/// `--idle` needs the lab QEMU's timing model (qemu/0012 charges the exit latencies to each
+/// vCPU's own time; without it the states would cost nothing) and PSCI states on every cluster.
+fn check_idle(opts: &RunOpts, board: &board::Board) -> Result<()> {
+    if !opts.idle {
+        return Ok(());
+    }
+    if opts.tcg != Tcg::Hicount {
+        anyhow::bail!(
+            "--idle charges each idle state's exit latency to the woken vCPU's own time, which only the lab \
+             QEMU's timing model has: add --qemu lab --tcg hicount"
+        );
+    }
+    if !board::has_idle(board) {
+        anyhow::bail!(
+            "--idle needs a PSCI idle state on every cluster (clusters[].idle with a psci_param), which {} lacks \
+             (board/sa8155p.toml has them)",
+            board.source()
+        );
+    }
+    // A StateID QEMU's power_state cannot carry is refused here, before anything is built.
+    board::idle_exit_arg(board)?;
+    Ok(())
+}
+
 /// `-device` arguments of the emulated qcom,cpufreq-hw, one per frequency domain (`--dvfs`):
 /// its register block, its vCPUs, the board's LUT words, and picoseconds per instruction
-/// per row (0 without `[timing]`: the speed then never changes).
+/// per row (0 without `[timing]`: the speed then never changes) and each row's clock.
 pub fn cpufreq_hw_devices(board: &board::Board) -> Vec<String> {
     board::cpufreq_domains(board)
         .iter()
@@ -172,6 +203,8 @@ pub fn cpufreq_hw_devices(board: &board::Board) -> Vec<String> {
                 "freq-lut": d.rows.iter().map(|r| r.freq).collect::<Vec<_>>(),
                 "volt-lut": d.rows.iter().map(|r| r.volt).collect::<Vec<_>>(),
                 "ps-per-insn": d.rows.iter().map(|r| r.ps_per_insn).collect::<Vec<_>>(),
+                // The row's clock: the PMU cycle counter counts at it (qemu/0015).
+                "khz": d.rows.iter().map(|r| r.khz).collect::<Vec<_>>(),
             })
             .to_string()
         })
@@ -237,6 +270,7 @@ pub fn vm_spec(p: &Prepared, opts: &RunOpts, dir: &Path, console: Console) -> Re
         qemu_trace: (!opts.qemu_trace.is_empty()).then(|| (opts.qemu_trace.clone(), dir.join(QEMU_TRACE_LOG))),
         timing: p.board.timing().cloned(),
         devices: if p.dvfs { cpufreq_hw_devices(&p.board) } else { vec![] },
+        idle_exit: if p.idle { Some(board::idle_exit_arg(&p.board)?) } else { None },
         sockets: Some(sockets),
     })
 }
@@ -262,10 +296,26 @@ mod tests {
         assert_eq!(devs.iter().map(|d| d["cpus"].as_u64().unwrap()).collect::<Vec<_>>(), [0x0f, 0x70, 0x80]);
         assert_eq!(devs[0]["driver"], "qcom-cpufreq-hw");
         assert_eq!(devs[0]["freq-lut"].as_array().unwrap().len(), 18);
+        assert_eq!(devs[0]["khz"][0], 300_000);
+        assert_eq!(devs[2]["khz"].as_array().unwrap().last().unwrap(), 2_841_600);
         assert_eq!(devs[2]["volt-lut"].as_array().unwrap().last().unwrap(), 1000);
         // The top row is [timing]'s speed, the one `-icount cpu-ps=` boots with.
         let ps = b.timing().unwrap().cpu_ps_per_insn.clone();
         assert_eq!(devs[1]["ps-per-insn"].as_array().unwrap().last().unwrap().as_u64(), Some(ps[4]));
+    }
+
+    #[test]
+    fn idle_needs_hicount_and_psci_states() {
+        let opts = RunOpts { idle: true, qemu: crate::kbuild::qemu::Choice::Lab, ..Default::default() };
+        let e = check_idle(&opts, &sa8155p()).unwrap_err().to_string();
+        assert!(e.contains("add --qemu lab --tcg hicount"), "{e}");
+        let hicount = RunOpts { tcg: Tcg::Hicount, ..opts };
+        assert!(check_idle(&hicount, &sa8155p()).is_ok());
+        let up = crate::harness::opts::load_board_file("sm8150-upstream", None, None).unwrap().0;
+        if !board::has_idle(&up) {
+            let e = check_idle(&hicount, &up).unwrap_err().to_string();
+            assert!(e.contains("clusters[].idle"), "{e}");
+        }
     }
 
     #[test]

@@ -86,6 +86,8 @@ pub struct VmSpec {
     pub timing: Option<board::Timing>,
     /// `-device` arguments (JSON) of the board's emulated devices: `--dvfs`'s frequency domains.
     pub devices: Vec<String>,
+    /// `--idle`: each vCPU's PSCI idle states and exit latencies (`-icount idle-exit=`).
+    pub idle_exit: Option<String>,
     /// Keeps a private socket directory alive while the spec or its VM lives.
     pub sockets: Option<crate::harness::sockets::SocketDir>,
 }
@@ -123,12 +125,12 @@ impl VmSpec {
             Tcg::Hicount => {
                 let t = self.timing.as_ref().expect("hicount runs carry the board's timing");
                 let ps: Vec<String> = t.cpu_ps_per_insn.iter().map(u64::to_string).collect();
-                vec![
-                    "-accel".into(),
-                    "tcg,thread=single".into(),
-                    "-icount".into(),
-                    format!("shift=0,sleep=off,align=off,cpu-ps={},quantum={}", ps.join(":"), t.quantum_ns),
-                ]
+                let mut icount =
+                    format!("shift=0,sleep=off,align=off,cpu-ps={},quantum={}", ps.join(":"), t.quantum_ns);
+                if let Some(idle) = &self.idle_exit {
+                    icount.push_str(&format!(",idle-exit={idle}"));
+                }
+                vec!["-accel".into(), "tcg,thread=single".into(), "-icount".into(), icount]
             }
         }
     }
@@ -610,6 +612,7 @@ mod tests {
             qemu_trace: None,
             timing: None,
             devices: vec![],
+            idle_exit: None,
             sockets: None,
         }
     }
@@ -677,6 +680,14 @@ mod tests {
         // Another boot of the model (`reproduce --model --boots N`) is another seed.
         s.seed = 3;
         assert!(has_pair(&s.argv(), "-seed", "3"));
+        // --idle: each vCPU's PSCI states and exit latencies go to the same -icount.
+        s.idle_exit = Some("0x4@909000:0x4@909000:0x4@1461000:0x4@1461000".into());
+        assert!(has_pair(
+            &s.argv(),
+            "-icount",
+            "shift=0,sleep=off,align=off,cpu-ps=1175:1175:413:352,quantum=5000,\
+             idle-exit=0x4@909000:0x4@909000:0x4@1461000:0x4@1461000"
+        ));
     }
 
     #[test]

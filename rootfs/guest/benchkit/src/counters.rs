@@ -56,6 +56,11 @@ pub struct Counters {
 }
 
 fn open_one(type_: u32, config: u64, cpu: i32) -> std::io::Result<libc::c_int> {
+    open_for(type_, config, -1, cpu)
+}
+
+/// A disabled counter of task `pid` (0: the caller, -1: every task) on `cpu` (-1: any).
+fn open_for(type_: u32, config: u64, pid: i32, cpu: i32) -> std::io::Result<libc::c_int> {
     let attr = PerfEventAttr {
         type_,
         size: std::mem::size_of::<PerfEventAttr>() as u32,
@@ -65,8 +70,8 @@ fn open_one(type_: u32, config: u64, cpu: i32) -> std::io::Result<libc::c_int> {
         ..Default::default()
     };
     // SAFETY: attr is a valid perf_event_attr of the size it declares, alive for the call;
-    // pid -1 with a CPU counts every task on that CPU; no group fd, no flags.
-    let fd = unsafe { libc::syscall(libc::SYS_perf_event_open, &attr as *const PerfEventAttr, -1, cpu, -1, 0) };
+    // pid and cpu as the caller says (not both -1); no group fd, no flags.
+    let fd = unsafe { libc::syscall(libc::SYS_perf_event_open, &attr as *const PerfEventAttr, pid, cpu, -1, 0) };
     if fd < 0 {
         return Err(std::io::Error::last_os_error());
     }
@@ -212,5 +217,32 @@ mod tests {
             "cpu_migrations=3 context_switches=10 task_clock_ns=5 cycles=n/a instructions=n/a"
         );
         assert_eq!(unavailable(&v), vec!["cycles".to_string(), "instructions".to_string()]);
+    }
+}
+
+/// The calling thread's CPU cycles (the PMU's cycle counter), from [`ThreadCycles::start`].
+pub struct ThreadCycles(libc::c_int);
+
+impl ThreadCycles {
+    /// Opens, resets and enables the counter for the calling thread, on any CPU.
+    pub fn start() -> std::io::Result<ThreadCycles> {
+        let fd = open_for(PERF_TYPE_HARDWARE, PERF_COUNT_HW_CPU_CYCLES, 0, -1)?;
+        // SAFETY: fd is the perf event fd just opened; these ioctls take no argument.
+        unsafe {
+            libc::ioctl(fd, PERF_EVENT_IOC_RESET, 0);
+            libc::ioctl(fd, PERF_EVENT_IOC_ENABLE, 0);
+        }
+        Ok(ThreadCycles(fd))
+    }
+
+    /// Cycles so far; None if the counter never ran.
+    pub fn read(&self) -> Option<u64> {
+        read_sum(&[self.0])
+    }
+}
+
+impl Drop for ThreadCycles {
+    fn drop(&mut self) {
+        close_all(&mut vec![self.0]);
     }
 }

@@ -5,8 +5,11 @@
 //!
 //! `cpu-loops --cpus 0,4,7 --iters N [--parallel]`: one loop per listed CPU, one after the
 //! other (default) or all at once (started together, `--parallel`). Each loop reports a result
-//! `cpuN` with `insns` (2 per iteration) and `ns`; `--parallel` adds `all` with the time from
+//! `cpuN` with `insns` (2 per iteration), `ns` and its thread's PMU `cycles` (null without a
+//! cycle counter); `--parallel` adds `all` with the time from
 //! the common start to the last loop's end.
+
+pub mod wake;
 
 use labproto::{report, Status};
 use serde_json::json;
@@ -33,15 +36,27 @@ fn spin(iters: u64) {
     }
 }
 
-/// Pins to `cpu`, waits at `start`, runs the loop; returns (start offset, end offset) in ns
-/// from `t0`, and the CPU it ended on.
-fn one_loop(cpu: u32, iters: u64, start: &Barrier, t0: &Instant) -> Result<(u64, u64, u32), String> {
+/// What one loop measured: start and end offsets in ns from the common start, the CPU it
+/// ended on, and its thread's PMU cycles (None where the guest has no cycle counter).
+struct Measured {
+    a: u64,
+    b: u64,
+    ended_on: u32,
+    cycles: Option<u64>,
+}
+
+/// Pins to `cpu`, waits at `start`, runs the loop.
+fn one_loop(cpu: u32, iters: u64, start: &Barrier, t0: &Instant) -> Result<Measured, String> {
     benchkit::pin(cpu).map_err(|e| format!("{e} (does the guest have that CPU?)"))?;
+    let counter = benchkit::counters::ThreadCycles::start().ok();
     start.wait();
     let a = t0.elapsed().as_nanos() as u64;
+    let c0 = counter.as_ref().and_then(|c| c.read());
     spin(iters);
+    let c1 = counter.as_ref().and_then(|c| c.read());
     let b = t0.elapsed().as_nanos() as u64;
-    Ok((a, b, benchkit::cpu_now()))
+    let cycles = c0.zip(c1).map(|(x, y)| y.saturating_sub(x));
+    Ok(Measured { a, b, ended_on: benchkit::cpu_now(), cycles })
 }
 
 fn parse_cpus(s: &str) -> Result<Vec<u32>, String> {
@@ -53,10 +68,13 @@ fn parse_cpus(s: &str) -> Result<Vec<u32>, String> {
     Ok(cpus)
 }
 
-fn loop_result(cpu: u32, iters: u64, (a, b, ended_on): (u64, u64, u32)) -> bool {
+fn loop_result(cpu: u32, iters: u64, m: Measured) -> bool {
+    let Measured { a, b, ended_on, cycles } = m;
     let ok = ended_on == cpu;
-    let data =
-        json!({ "cpu": cpu, "iters": iters, "insns": iters * INSNS_PER_ITER, "ns": b - a, "start_ns": a, "end_ns": b });
+    let data = json!({
+        "cpu": cpu, "iters": iters, "insns": iters * INSNS_PER_ITER, "ns": b - a, "start_ns": a, "end_ns": b,
+        "cycles": cycles,
+    });
     let msg = (!ok).then(|| format!("ended on cpu{ended_on}, not cpu{cpu}"));
     println!("cpu-loops: cpu{cpu} {} insns in {} ns", iters * INSNS_PER_ITER, b - a);
     report(&format!("cpu{cpu}"), if ok { Status::Pass } else { Status::Fail }, (b - a) as f64 / 1e6, msg, data);
@@ -86,8 +104,8 @@ fn run(a: &benchkit::Args) -> Result<bool, String> {
     let (mut first, mut last) = (u64::MAX, 0);
     for (&cpu, h) in cpus.iter().zip(handles) {
         let r = h.join().map_err(|_| format!("loop on cpu{cpu} panicked"))??;
-        first = first.min(r.0);
-        last = last.max(r.1);
+        first = first.min(r.a);
+        last = last.max(r.b);
         ok &= loop_result(cpu, iters, r);
     }
     let data = json!({ "cpus": cpus, "iters": iters, "ns": last - first });

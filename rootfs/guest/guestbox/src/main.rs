@@ -23,6 +23,7 @@ const PROGRAMS: &[(&str, fn())] = &[
     ("binder-inversion", binder_inversion::main),
     ("binder-kprof", binder_kprof::main),
     ("cpu-loops", cpu_loops::main),
+    ("wake-latency", cpu_loops::wake::main),
     ("sched-sync", sched_sync::main),
 ];
 
