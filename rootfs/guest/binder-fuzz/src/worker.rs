@@ -581,12 +581,12 @@ impl Thread {
                 _ => Command::ExitLooper,
             },
             12 => {
-                let (handle, cookie) = (self.handle(), self.cookie());
+                let (handle, cookie) = self.request_target(dev, false);
                 self.note_notif(dev, handle, cookie, false);
                 Command::RequestDeathNotification { handle, cookie }
             }
             13 => {
-                let (handle, cookie) = self.notif(dev, false).unwrap_or_else(|| (self.handle(), self.cookie()));
+                let (handle, cookie) = self.notif(dev, false, 3).unwrap_or_else(|| (self.handle(), self.cookie()));
                 Command::ClearDeathNotification { handle, cookie }
             }
             14 => {
@@ -599,15 +599,15 @@ impl Thread {
             }
             15 => match self.rng.below(3) {
                 0 => {
-                    let (handle, cookie) = (self.handle(), self.cookie());
+                    let (handle, cookie) = self.request_target(dev, true);
                     self.note_notif(dev, handle, cookie, true);
                     Command::RequestFreezeNotification { handle, cookie }
                 }
                 1 => {
-                    let (handle, cookie) = self.notif(dev, true).unwrap_or_else(|| (self.handle(), self.cookie()));
+                    let (handle, cookie) = self.notif(dev, true, 3).unwrap_or_else(|| (self.handle(), self.cookie()));
                     Command::ClearFreezeNotification { handle, cookie }
                 }
-                _ => Command::FreezeNotificationDone(self.notif(dev, true).map_or_else(|| self.cookie(), |n| n.1)),
+                _ => Command::FreezeNotificationDone(self.notif(dev, true, 3).map_or_else(|| self.cookie(), |n| n.1)),
             },
             16 => {
                 if self.rng.chance(1, 2) {
@@ -645,13 +645,16 @@ impl Thread {
         cmd.encode(w);
     }
 
-    /// Remembers a requested notification (sequences only: the classic loop keeps its
-    /// distribution).
+    /// Remembers a well-formed op's notification request (sequences only: the classic loop
+    /// keeps its distribution).
     fn note_notif(&mut self, dev: usize, handle: u32, cookie: u64, freeze: bool) {
-        if !self.sh.sequence {
+        if !self.sh.sequence || !self.sane {
             return;
         }
         if let Ok(mut v) = self.sh.notifs.lock() {
+            if v.contains(&(dev, handle, cookie, freeze)) {
+                return;
+            }
             if v.len() >= MAX_NOTIFS {
                 v.remove(0);
             }
@@ -659,10 +662,10 @@ impl Thread {
         }
     }
 
-    /// In a well-formed op of a sequence, mostly a notification requested earlier on `dev`:
-    /// its handle and cookie.
-    fn notif(&mut self, dev: usize, freeze: bool) -> Option<(u32, u64)> {
-        if !self.sh.sequence || !self.sane || !self.rng.chance(3, 4) {
+    /// In a well-formed op of a sequence, `quarters`/4 of the time a notification requested
+    /// earlier on `dev`: its handle and cookie.
+    fn notif(&mut self, dev: usize, freeze: bool, quarters: u64) -> Option<(u32, u64)> {
+        if !self.sh.sequence || !self.sane || !self.rng.chance(quarters, 4) {
             return None;
         }
         let known: Vec<(u32, u64)> = self
@@ -672,6 +675,29 @@ impl Thread {
             .map(|v| v.iter().filter(|n| n.0 == dev && n.3 == freeze).map(|n| (n.1, n.2)).collect())
             .unwrap_or_default();
         (!known.is_empty()).then(|| *self.rng.pick(&known))
+    }
+
+    /// The handle and cookie of a notification request. In a well-formed op of a sequence:
+    /// half the time one requested before (libbinder's cookie is the proxy's address, so a
+    /// client that registers again after a clear uses the same one), else a handle this fd
+    /// holds a ref on.
+    fn request_target(&mut self, dev: usize, freeze: bool) -> (u32, u64) {
+        if let Some(n) = self.notif(dev, freeze, 2) {
+            return n;
+        }
+        if self.sh.sequence && self.sane {
+            let known: Vec<u32> = self
+                .sh
+                .handles
+                .lock()
+                .map(|h| h.iter().filter(|x| x.0 == dev).map(|x| x.1).collect())
+                .unwrap_or_default();
+            if !known.is_empty() {
+                let h = *self.rng.pick(&known);
+                return (h, self.cookie());
+            }
+        }
+        (self.handle(), self.cookie())
     }
 
     fn count_errno(&self, r: libc::c_int) {
