@@ -118,9 +118,9 @@ struct Shared {
     /// Running one operation sequence (guided, random and replayed sequences): ops that
     /// change a ref's state weigh more (see `SEQ_SANE`).
     sequence: bool,
-    /// Freeze and death notifications requested in this process: (device, handle, cookie,
-    /// freeze). Clears and dones in well-formed ops name one, as a real client would.
-    notifs: Mutex<Vec<(usize, u32, u64, bool)>>,
+    /// Freeze and death notifications requested in this process. Clears and dones in
+    /// well-formed ops name one, as a real client would.
+    notifs: Mutex<Vec<Notif>>,
 }
 
 /// Weights of the command kinds in a well-formed op of a sequence (see `Thread::command`).
@@ -129,6 +129,17 @@ struct Shared {
 /// notification state machines to be reached at all; here each ref and notification
 /// family weighs about as much as a transaction kind.
 const SEQ_SANE: [u32; 20] = [14, 8, 4, 2, 8, 4, 4, 3, 3, 3, 3, 2, 6, 6, 3, 12, 0, 0, 0, 0];
+/// A notification a well-formed op of a sequence requested (and whether it has not been
+/// cleared since).
+#[derive(Clone, Copy, PartialEq)]
+struct Notif {
+    dev: usize,
+    handle: u32,
+    cookie: u64,
+    freeze: bool,
+    active: bool,
+}
+
 /// Notifications remembered per process.
 const MAX_NOTIFS: usize = 16;
 
@@ -582,11 +593,13 @@ impl Thread {
             },
             12 => {
                 let (handle, cookie) = self.request_target(dev, false);
-                self.note_notif(dev, handle, cookie, false);
+                self.note_notif(dev, handle, cookie, false, true);
                 Command::RequestDeathNotification { handle, cookie }
             }
             13 => {
-                let (handle, cookie) = self.notif(dev, false, 3).unwrap_or_else(|| (self.handle(), self.cookie()));
+                let (handle, cookie) =
+                    self.notif(dev, false, 3, Some(true)).unwrap_or_else(|| (self.handle(), self.cookie()));
+                self.note_notif(dev, handle, cookie, false, false);
                 Command::ClearDeathNotification { handle, cookie }
             }
             14 => {
@@ -600,14 +613,18 @@ impl Thread {
             15 => match self.rng.below(3) {
                 0 => {
                     let (handle, cookie) = self.request_target(dev, true);
-                    self.note_notif(dev, handle, cookie, true);
+                    self.note_notif(dev, handle, cookie, true, true);
                     Command::RequestFreezeNotification { handle, cookie }
                 }
                 1 => {
-                    let (handle, cookie) = self.notif(dev, true, 3).unwrap_or_else(|| (self.handle(), self.cookie()));
+                    let (handle, cookie) =
+                        self.notif(dev, true, 3, Some(true)).unwrap_or_else(|| (self.handle(), self.cookie()));
+                    self.note_notif(dev, handle, cookie, true, false);
                     Command::ClearFreezeNotification { handle, cookie }
                 }
-                _ => Command::FreezeNotificationDone(self.notif(dev, true, 3).map_or_else(|| self.cookie(), |n| n.1)),
+                _ => Command::FreezeNotificationDone(
+                    self.notif(dev, true, 3, None).map_or_else(|| self.cookie(), |n| n.1),
+                ),
             },
             16 => {
                 if self.rng.chance(1, 2) {
@@ -645,26 +662,30 @@ impl Thread {
         cmd.encode(w);
     }
 
-    /// Remembers a well-formed op's notification request (sequences only: the classic loop
-    /// keeps its distribution).
-    fn note_notif(&mut self, dev: usize, handle: u32, cookie: u64, freeze: bool) {
+    /// Remembers a well-formed op's notification request (`active`) or clear (sequences only:
+    /// the classic loop keeps its distribution).
+    fn note_notif(&mut self, dev: usize, handle: u32, cookie: u64, freeze: bool, active: bool) {
         if !self.sh.sequence || !self.sane {
             return;
         }
         if let Ok(mut v) = self.sh.notifs.lock() {
-            if v.contains(&(dev, handle, cookie, freeze)) {
-                return;
+            let n = Notif { dev, handle, cookie, freeze, active };
+            match v.iter_mut().find(|x| (x.dev, x.handle, x.cookie, x.freeze) == (dev, handle, cookie, freeze)) {
+                Some(x) => x.active = active,
+                None if active => {
+                    if v.len() >= MAX_NOTIFS {
+                        v.remove(0);
+                    }
+                    v.push(n);
+                }
+                None => {}
             }
-            if v.len() >= MAX_NOTIFS {
-                v.remove(0);
-            }
-            v.push((dev, handle, cookie, freeze));
         }
     }
 
     /// In a well-formed op of a sequence, `quarters`/4 of the time a notification requested
-    /// earlier on `dev`: its handle and cookie.
-    fn notif(&mut self, dev: usize, freeze: bool, quarters: u64) -> Option<(u32, u64)> {
+    /// earlier on `dev` (still active, cleared since, or either): its handle and cookie.
+    fn notif(&mut self, dev: usize, freeze: bool, quarters: u64, active: Option<bool>) -> Option<(u32, u64)> {
         if !self.sh.sequence || !self.sane || !self.rng.chance(quarters, 4) {
             return None;
         }
@@ -672,17 +693,22 @@ impl Thread {
             .sh
             .notifs
             .lock()
-            .map(|v| v.iter().filter(|n| n.0 == dev && n.3 == freeze).map(|n| (n.1, n.2)).collect())
+            .map(|v| {
+                v.iter()
+                    .filter(|n| n.dev == dev && n.freeze == freeze && active.is_none_or(|a| n.active == a))
+                    .map(|n| (n.handle, n.cookie))
+                    .collect()
+            })
             .unwrap_or_default();
         (!known.is_empty()).then(|| *self.rng.pick(&known))
     }
 
     /// The handle and cookie of a notification request. In a well-formed op of a sequence:
-    /// half the time one requested before (libbinder's cookie is the proxy's address, so a
+    /// half the time one cleared before (libbinder's cookie is the proxy's address, so a
     /// client that registers again after a clear uses the same one), else a handle this fd
     /// holds a ref on.
     fn request_target(&mut self, dev: usize, freeze: bool) -> (u32, u64) {
-        if let Some(n) = self.notif(dev, freeze, 2) {
+        if let Some(n) = self.notif(dev, freeze, 2, Some(false)) {
             return n;
         }
         if self.sh.sequence && self.sane {
