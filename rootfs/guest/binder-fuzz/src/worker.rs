@@ -593,13 +593,10 @@ impl Thread {
             },
             12 => {
                 let (handle, cookie) = self.request_target(dev, false);
-                self.note_notif(dev, handle, cookie, false, true);
                 Command::RequestDeathNotification { handle, cookie }
             }
             13 => {
-                let (handle, cookie) =
-                    self.notif(dev, false, 3, Some(true)).unwrap_or_else(|| (self.handle(), self.cookie()));
-                self.note_notif(dev, handle, cookie, false, false);
+                let (handle, cookie) = self.clear_target(dev, false);
                 Command::ClearDeathNotification { handle, cookie }
             }
             14 => {
@@ -613,13 +610,10 @@ impl Thread {
             15 => match self.rng.below(3) {
                 0 => {
                     let (handle, cookie) = self.request_target(dev, true);
-                    self.note_notif(dev, handle, cookie, true, true);
                     Command::RequestFreezeNotification { handle, cookie }
                 }
                 1 => {
-                    let (handle, cookie) =
-                        self.notif(dev, true, 3, Some(true)).unwrap_or_else(|| (self.handle(), self.cookie()));
-                    self.note_notif(dev, handle, cookie, true, false);
+                    let (handle, cookie) = self.clear_target(dev, true);
                     Command::ClearFreezeNotification { handle, cookie }
                 }
                 _ => Command::FreezeNotificationDone(
@@ -706,8 +700,22 @@ impl Thread {
     /// The handle and cookie of a notification request. In a well-formed op of a sequence:
     /// half the time one cleared before (libbinder's cookie is the proxy's address, so a
     /// client that registers again after a clear uses the same one), else a handle this fd
-    /// holds a ref on.
+    /// holds a ref on. Remembered as active.
     fn request_target(&mut self, dev: usize, freeze: bool) -> (u32, u64) {
+        let (handle, cookie) = self.request_pick(dev, freeze);
+        self.note_notif(dev, handle, cookie, freeze, true);
+        (handle, cookie)
+    }
+
+    /// The handle and cookie of a notification clear: in a well-formed op of a sequence,
+    /// mostly an active one. Remembered as cleared.
+    fn clear_target(&mut self, dev: usize, freeze: bool) -> (u32, u64) {
+        let (handle, cookie) = self.notif(dev, freeze, 3, Some(true)).unwrap_or_else(|| (self.handle(), self.cookie()));
+        self.note_notif(dev, handle, cookie, freeze, false);
+        (handle, cookie)
+    }
+
+    fn request_pick(&mut self, dev: usize, freeze: bool) -> (u32, u64) {
         if let Some(n) = self.notif(dev, freeze, 2, Some(false)) {
             return n;
         }
