@@ -6,7 +6,10 @@
 //! every thread. Coverage is kept only inside the binder driver's text (`text=START-END,...`,
 //! which the lab takes from the flavor's System.map). A sequence that reaches a new edge
 //! (a pair of consecutive driver PCs in one thread's trace) joins the corpus; new sequences
-//! are mutations of corpus entries (insert, drop, replace, duplicate an op, splice two).
+//! are mutations of corpus entries (insert, drop, replace, duplicate an op or a block of
+//! ops later, splice two), and fresh random ones one time in `FRESH_ONE_IN`. Which entry is
+//! mutated is drawn by its energy, AFL's idea: more for entries that found many edges,
+//! that joined recently and that are short, less the more often one was already picked.
 //! `random` runs the same loop and budget but never draws from the corpus.
 //!
 //! A sequence after which the kernel logged a splat (or whose worker crashed or hung) stops
@@ -29,8 +32,16 @@ use testkit::rng::{mix, Rng};
 
 /// KCOV buffer per thread in words (8 MiB): a long sequence's whole-kernel trace fits.
 const KCOV_WORDS: usize = 1024 * 1024;
-/// Longest sequence a mutation makes.
-const MAX_LEN: usize = 48;
+/// Longest sequence a mutation makes: a long sequence costs guest time in proportion and
+/// mostly repeats what its prefix reached.
+const MAX_LEN: usize = 32;
+/// Above this length a mutation also drops an op or a block, so that entries stay short.
+const SHORT_LEN: usize = 16;
+/// A fresh random sequence instead of a mutation, one in this many (guided): keeps finding
+/// the shallow edges a corpus narrowed to a few families would miss.
+const FRESH_ONE_IN: u64 = 5;
+/// An entry is "recent" for this many sequences after it joined: it gets more energy.
+const RECENT_EXECS: u64 = 100;
 /// Runs spent minimising one failure.
 const MINIMISE_RUNS: usize = 120;
 /// Distinct failures one run saves (with `keep_going`).
@@ -167,7 +178,7 @@ struct Fuzzer<'a> {
     target: Box<dyn Target + 'a>,
     text: Vec<(u64, u64)>,
     rng: Rng,
-    corpus: Vec<Vec<u64>>,
+    corpus: Vec<Entry>,
     edges: HashSet<u64>,
     pcs: HashSet<u64>,
     functions: BTreeSet<usize>,
@@ -176,6 +187,27 @@ struct Fuzzer<'a> {
     ops: u64,
     t0: Instant,
     timeline: Vec<Value>,
+}
+
+/// A corpus entry and what its energy is made of.
+struct Entry {
+    seq: Vec<u64>,
+    /// New edges it found when it joined.
+    new_edges: usize,
+    /// The sequence count when it joined.
+    found_at: u64,
+    /// Times it was picked for a mutation.
+    picks: u64,
+}
+
+impl Entry {
+    /// Its weight in the draw of the entry to mutate (at least 1).
+    fn energy(&self, execs: u64) -> u32 {
+        let found = 4 + self.new_edges.min(60) as u32;
+        let recent = if execs.saturating_sub(self.found_at) < RECENT_EXECS { 4 } else { 1 };
+        let short = if self.seq.len() <= SHORT_LEN / 2 { 2 } else { 1 };
+        (found * recent * short / (1 + self.picks as u32 / 16)).max(1)
+    }
 }
 
 impl Kernel<'_> {
@@ -263,25 +295,26 @@ impl<'a> Fuzzer<'a> {
     /// One sequence of the loop: a mutation (guided, nine in ten) or a fresh random one;
     /// joins the corpus if it reached a new edge (guided only).
     fn step(&mut self) -> (Vec<u64>, Exec) {
-        let seq = if self.cfg.mode == Mode::Guided && !self.corpus.is_empty() && !self.rng.chance(1, 10) {
+        let seq = if self.cfg.mode == Mode::Guided && !self.corpus.is_empty() && !self.rng.chance(1, FRESH_ONE_IN) {
             self.mutate()
         } else {
             self.random_seq()
         };
         let e = self.exec(&seq);
-        if self.absorb(&e) && self.cfg.mode == Mode::Guided {
-            self.corpus.push(seq.clone());
+        let new = self.absorb(&e);
+        if new > 0 && self.cfg.mode == Mode::Guided {
+            self.corpus.push(Entry { seq: seq.clone(), new_edges: new, found_at: self.execs, picks: 0 });
         }
         (seq, e)
     }
 
-    /// Adds the coverage of `e`; true if it reached an edge never seen before.
-    fn absorb(&mut self, e: &Exec) -> bool {
-        let mut new = false;
+    /// Adds the coverage of `e`; how many edges it reached that were never seen before.
+    fn absorb(&mut self, e: &Exec) -> usize {
+        let mut new = 0;
         for tr in &e.traces {
             let mut prev = 0u64;
             for &pc in tr {
-                new |= self.edges.insert(mix(prev) ^ pc);
+                new += self.edges.insert(mix(prev) ^ pc) as usize;
                 if self.pcs.insert(pc) {
                     if let Some(f) = self.syms.function_of(pc) {
                         self.functions.insert(f);
@@ -298,13 +331,25 @@ impl<'a> Fuzzer<'a> {
         (0..n).map(|_| self.rng.next_u64()).collect()
     }
 
+    /// A corpus entry drawn by energy (counted as picked).
+    fn pick_entry(&mut self) -> Vec<u64> {
+        let w: Vec<u32> = self.corpus.iter().map(|e| e.energy(self.execs)).collect();
+        let i = self.rng.weighted(&w);
+        self.corpus[i].picks += 1;
+        self.corpus[i].seq.clone()
+    }
+
     fn mutate(&mut self) -> Vec<u64> {
-        let mut s = self.rng.pick(&self.corpus).clone();
+        let mut s = self.pick_entry();
         for _ in 0..self.rng.range(1, 4) {
             let n = s.len();
-            match self.rng.below(6) {
+            // Long entries shrink: drop an op or a block first.
+            let kind =
+                if n > SHORT_LEN && self.rng.chance(1, 2) { 1 + 5 * self.rng.below(2) } else { self.rng.below(8) };
+            match kind {
                 0 if n < MAX_LEN => {
-                    let at = self.rng.below(n as u64 + 1) as usize;
+                    // Half the time at the end, where the state the entry built is deepest.
+                    let at = if self.rng.chance(1, 2) { n } else { self.rng.below(n as u64 + 1) as usize };
                     s.insert(at, self.rng.next_u64());
                 }
                 1 if n > 1 => {
@@ -315,19 +360,34 @@ impl<'a> Fuzzer<'a> {
                     s[at] = self.rng.next_u64();
                 }
                 // The same op again later: the same command kinds, handles and cookies.
-                3 | 4 if n > 0 && n < MAX_LEN => {
+                3 if n > 0 && n < MAX_LEN => {
                     let from = self.rng.below(n as u64) as usize;
                     let at = self.rng.range(from as u64 + 1, n as u64) as usize;
                     s.insert(at, s[from]);
                 }
-                _ => {
-                    let other = self.rng.pick(&self.corpus).clone();
+                // A block of ops again later: a request and its clear, then both again,
+                // in one step instead of two that each must find an edge.
+                4 if n > 1 && n < MAX_LEN => {
+                    let len = self.rng.range(2, 4).min(n as u64).min((MAX_LEN - n) as u64) as usize;
+                    let from = self.rng.below((n - len) as u64 + 1) as usize;
+                    let at = self.rng.range((from + len) as u64, n as u64) as usize;
+                    let block: Vec<u64> = s[from..from + len].to_vec();
+                    s.splice(at..at, block);
+                }
+                6 if n > 2 => {
+                    let len = self.rng.range(2, 4).min(n as u64 - 1) as usize;
+                    let from = self.rng.below((n - len) as u64 + 1) as usize;
+                    s.drain(from..from + len);
+                }
+                _ if self.corpus.len() > 1 || n == 0 => {
+                    let other = self.pick_entry();
                     let cut = self.rng.below(s.len() as u64 + 1) as usize;
                     let from = self.rng.below(other.len() as u64 + 1) as usize;
                     s.truncate(cut);
                     s.extend_from_slice(&other[from..]);
                     s.truncate(MAX_LEN);
                 }
+                _ => {}
             }
         }
         if s.is_empty() {
@@ -612,12 +672,12 @@ mod tests {
     fn new_edges_not_new_pcs_decide() {
         let mut f = fuzzer(Mode::Guided);
         let e = |t: &[u64]| Exec { traces: vec![t.to_vec()], failures: vec![] };
-        assert!(f.absorb(&e(&[0x1000, 0x1010, 0x1020])));
-        assert!(!f.absorb(&e(&[0x1000, 0x1010, 0x1020])), "nothing new the second time");
+        assert_eq!(f.absorb(&e(&[0x1000, 0x1010, 0x1020])), 3);
+        assert_eq!(f.absorb(&e(&[0x1000, 0x1010, 0x1020])), 0, "nothing new the second time");
         // The same PCs in another order: new edges.
-        assert!(f.absorb(&e(&[0x1000, 0x1020])));
+        assert_eq!(f.absorb(&e(&[0x1000, 0x1020])), 1);
         assert_eq!((f.pcs.len(), f.functions.len()), (3, 1));
-        assert!(f.absorb(&e(&[0x1800])));
+        assert!(f.absorb(&e(&[0x1800])) > 0);
         assert_eq!(f.functions.len(), 2);
         assert_eq!(f.syms.function_of(0x17ff), Some(0));
         assert_eq!(f.syms.function_of(0xfff), None);
@@ -626,7 +686,8 @@ mod tests {
     #[test]
     fn mutations_stay_in_bounds_and_repeat_ops() {
         let mut f = fuzzer(Mode::Guided);
-        f.corpus = vec![vec![1, 2, 3], (10..10 + MAX_LEN as u64).collect()];
+        let entry = |seq: Vec<u64>| Entry { seq, new_edges: 1, found_at: 0, picks: 0 };
+        f.corpus = vec![entry(vec![1, 2, 3]), entry((10..10 + MAX_LEN as u64).collect())];
         let mut repeated = false;
         for _ in 0..2000 {
             let m = f.mutate();
@@ -637,6 +698,29 @@ mod tests {
             repeated |= u.len() < m.len();
         }
         assert!(repeated, "no mutation repeated an op");
+    }
+
+    #[test]
+    fn energy_favours_productive_recent_short_entries_and_decays_with_picks() {
+        let e = |len: usize, new_edges: usize, found_at: u64, picks: u64| {
+            Entry { seq: vec![0; len], new_edges, found_at, picks }.energy(1000)
+        };
+        let base = e(12, 4, 0, 0);
+        assert!(e(12, 40, 0, 0) > base, "more new edges");
+        assert!(e(12, 4, 950, 0) > base, "joined recently");
+        assert!(e(4, 4, 0, 0) > base, "short");
+        assert!(e(12, 4, 0, 64) < base, "picked often");
+        assert!(e(40, 0, 0, 10_000) >= 1, "never zero");
+        // The draw follows it: a fresh productive entry is mutated most.
+        let mut f = fuzzer(Mode::Guided);
+        f.execs = 1000;
+        f.corpus = vec![
+            Entry { seq: vec![1; 12], new_edges: 1, found_at: 0, picks: 0 },
+            Entry { seq: vec![2; 12], new_edges: 30, found_at: 990, picks: 0 },
+        ];
+        // (Over 100 draws: by 1000 its picks have brought it down to the old entry's level.)
+        let fresh = (0..100).filter(|_| f.pick_entry()[0] == 2).count();
+        assert!(fresh > 70, "the fresh entry was drawn {fresh} times in 100");
     }
 
     #[test]

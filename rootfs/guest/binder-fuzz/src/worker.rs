@@ -115,7 +115,33 @@ struct Shared {
     /// Every binder fd open in this process (shared and private), so that random fd
     /// numbers can avoid them unless `binder_fds`.
     all_binder_fds: Mutex<Vec<RawFd>>,
+    /// Running one operation sequence (guided, random and replayed sequences): ops that
+    /// change a ref's state weigh more (see `SEQ_SANE`).
+    sequence: bool,
+    /// Freeze and death notifications requested in this process. Clears and dones in
+    /// well-formed ops name one, as a real client would.
+    notifs: Mutex<Vec<Notif>>,
 }
+
+/// Weights of the command kinds in a well-formed op of a sequence (see `Thread::command`).
+/// A sequence is short (4-32 ops), so with the classic weights (freeze and death 2-3 of
+/// 91) a request and its clear on a live ref come together far too rarely for the
+/// notification state machines to be reached at all; here each ref and notification
+/// family weighs about as much as a transaction kind.
+const SEQ_SANE: [u32; 20] = [14, 8, 4, 2, 8, 4, 4, 3, 3, 3, 3, 2, 6, 6, 3, 12, 0, 0, 0, 0];
+/// A notification a well-formed op of a sequence requested (and whether it has not been
+/// cleared since).
+#[derive(Clone, Copy, PartialEq)]
+struct Notif {
+    dev: usize,
+    handle: u32,
+    cookie: u64,
+    freeze: bool,
+    active: bool,
+}
+
+/// Notifications remembered per process.
+const MAX_NOTIFS: usize = 16;
 
 struct Thread {
     rng: Rng,
@@ -473,7 +499,9 @@ impl Thread {
 
     /// Appends one command (valid, semi-valid or malformed) to `w`.
     fn command(&mut self, w: &mut Vec<u8>, dev: usize) {
-        let k = if self.sane {
+        let k = if self.sane && self.sh.sequence {
+            self.rng.weighted(&SEQ_SANE)
+        } else if self.sane {
             self.rng.weighted(&[24, 14, 6, 3, 12, 3, 3, 3, 3, 4, 4, 3, 3, 2, 2, 2, 0, 0, 0, 0])
         } else {
             self.rng.weighted(&[20, 8, 6, 3, 12, 3, 3, 3, 3, 4, 4, 3, 3, 2, 2, 2, 2, 3, 4, 3])
@@ -563,8 +591,14 @@ impl Thread {
                 1 => Command::EnterLooper,
                 _ => Command::ExitLooper,
             },
-            12 => Command::RequestDeathNotification { handle: self.handle(), cookie: self.cookie() },
-            13 => Command::ClearDeathNotification { handle: self.handle(), cookie: self.cookie() },
+            12 => {
+                let (handle, cookie) = self.request_target(dev, false);
+                Command::RequestDeathNotification { handle, cookie }
+            }
+            13 => {
+                let (handle, cookie) = self.clear_target(dev, false);
+                Command::ClearDeathNotification { handle, cookie }
+            }
             14 => {
                 let c = if !self.deaths.is_empty() && self.rng.chance(3, 4) {
                     self.deaths.remove(0)
@@ -574,9 +608,17 @@ impl Thread {
                 Command::DeadBinderDone(c)
             }
             15 => match self.rng.below(3) {
-                0 => Command::RequestFreezeNotification { handle: self.handle(), cookie: self.cookie() },
-                1 => Command::ClearFreezeNotification { handle: self.handle(), cookie: self.cookie() },
-                _ => Command::FreezeNotificationDone(self.cookie()),
+                0 => {
+                    let (handle, cookie) = self.request_target(dev, true);
+                    Command::RequestFreezeNotification { handle, cookie }
+                }
+                1 => {
+                    let (handle, cookie) = self.clear_target(dev, true);
+                    Command::ClearFreezeNotification { handle, cookie }
+                }
+                _ => Command::FreezeNotificationDone(
+                    self.notif(dev, true, 3, None).map_or_else(|| self.cookie(), |n| n.1),
+                ),
             },
             16 => {
                 if self.rng.chance(1, 2) {
@@ -612,6 +654,84 @@ impl Thread {
         };
         self.sh.shm.bump(stat::BC_COMMANDS);
         cmd.encode(w);
+    }
+
+    /// Remembers a well-formed op's notification request (`active`) or clear (sequences only:
+    /// the classic loop keeps its distribution).
+    fn note_notif(&mut self, dev: usize, handle: u32, cookie: u64, freeze: bool, active: bool) {
+        if !self.sh.sequence || !self.sane {
+            return;
+        }
+        if let Ok(mut v) = self.sh.notifs.lock() {
+            let n = Notif { dev, handle, cookie, freeze, active };
+            match v.iter_mut().find(|x| (x.dev, x.handle, x.cookie, x.freeze) == (dev, handle, cookie, freeze)) {
+                Some(x) => x.active = active,
+                None if active => {
+                    if v.len() >= MAX_NOTIFS {
+                        v.remove(0);
+                    }
+                    v.push(n);
+                }
+                None => {}
+            }
+        }
+    }
+
+    /// In a well-formed op of a sequence, `quarters`/4 of the time a notification requested
+    /// earlier on `dev` (still active, cleared since, or either): its handle and cookie.
+    fn notif(&mut self, dev: usize, freeze: bool, quarters: u64, active: Option<bool>) -> Option<(u32, u64)> {
+        if !self.sh.sequence || !self.sane || !self.rng.chance(quarters, 4) {
+            return None;
+        }
+        let known: Vec<(u32, u64)> = self
+            .sh
+            .notifs
+            .lock()
+            .map(|v| {
+                v.iter()
+                    .filter(|n| n.dev == dev && n.freeze == freeze && active.is_none_or(|a| n.active == a))
+                    .map(|n| (n.handle, n.cookie))
+                    .collect()
+            })
+            .unwrap_or_default();
+        (!known.is_empty()).then(|| *self.rng.pick(&known))
+    }
+
+    /// The handle and cookie of a notification request. In a well-formed op of a sequence:
+    /// half the time one cleared before (libbinder's cookie is the proxy's address, so a
+    /// client that registers again after a clear uses the same one), else a handle this fd
+    /// holds a ref on. Remembered as active.
+    fn request_target(&mut self, dev: usize, freeze: bool) -> (u32, u64) {
+        let (handle, cookie) = self.request_pick(dev, freeze);
+        self.note_notif(dev, handle, cookie, freeze, true);
+        (handle, cookie)
+    }
+
+    /// The handle and cookie of a notification clear: in a well-formed op of a sequence,
+    /// mostly an active one. Remembered as cleared.
+    fn clear_target(&mut self, dev: usize, freeze: bool) -> (u32, u64) {
+        let (handle, cookie) = self.notif(dev, freeze, 3, Some(true)).unwrap_or_else(|| (self.handle(), self.cookie()));
+        self.note_notif(dev, handle, cookie, freeze, false);
+        (handle, cookie)
+    }
+
+    fn request_pick(&mut self, dev: usize, freeze: bool) -> (u32, u64) {
+        if let Some(n) = self.notif(dev, freeze, 2, Some(false)) {
+            return n;
+        }
+        if self.sh.sequence && self.sane {
+            let known: Vec<u32> = self
+                .sh
+                .handles
+                .lock()
+                .map(|h| h.iter().filter(|x| x.0 == dev).map(|x| x.1).collect())
+                .unwrap_or_default();
+            if !known.is_empty() {
+                let h = *self.rng.pick(&known);
+                return (h, self.cookie());
+            }
+        }
+        (self.handle(), self.cookie())
     }
 
     fn count_errno(&self, r: libc::c_int) {
@@ -1147,6 +1267,51 @@ impl Thread {
         }
     }
 
+    /// The state every operation sequence starts from (thread 0, the manager on the first
+    /// fd, before the first op): the second fd holds a strong ref to the manager's node
+    /// (handle 0) and has given the manager a strong ref to a node of its own, so requests
+    /// on refs (freeze and death notifications, refcounts) can succeed from the first op
+    /// on both fds. Without it a sequence had to build that state by chance first, which
+    /// a few hundred short sequences never did.
+    fn prelude(&mut self) {
+        let (fd0, fd1) = (self.sh.devs[0].fd, self.sh.devs[1].fd);
+        let mut b = Vec::new();
+        Command::IncRefs(0).encode(&mut b);
+        Command::Acquire(0).encode(&mut b);
+        let mut data = vec![];
+        let (ptr, cookie) = (0x1000, 0x1000 ^ 0xc00c);
+        Object::binder(ptr, cookie).encode(&mut data);
+        let (data_off, offs_off) = (A_DATA, A_DATA + 40 * 1024);
+        self.put(data_off, &data);
+        self.put(offs_off, &0u64.to_ne_bytes());
+        Command::Transaction(TransactionData {
+            flags: TF_ONE_WAY,
+            data_size: data.len() as u64,
+            offsets_size: 8,
+            buffer: self.a(data_off),
+            offsets: self.a(offs_off),
+            ..Default::default()
+        })
+        .encode(&mut b);
+        self.write_cmds(1, fd1, &b);
+        if let Ok(mut h) = self.sh.handles.lock() {
+            h.push((1, 0));
+        }
+        // Our own BR_TRANSACTION_COMPLETE and the node's BR_INCREFS/BR_ACQUIRE on the second
+        // fd, then the call on the manager's: `received` learns the handle.
+        self.write_read_sane_read(1, fd1);
+        self.write_read_sane_read(0, fd0);
+        let mine: Vec<u32> =
+            self.sh.handles.lock().map(|h| h.iter().filter(|x| x.0 == 0).map(|x| x.1).collect()).unwrap_or_default();
+        let mut b = Vec::new();
+        for h in mine {
+            Command::IncRefs(h).encode(&mut b);
+            Command::Acquire(h).encode(&mut b);
+        }
+        self.write_cmds(0, fd0, &b);
+        self.serve_all();
+    }
+
     /// Now and then answer the oldest call left pending (as `serve` would have).
     fn answer_pending(&mut self) {
         if self.pending_in.is_empty() || !self.rng.chance(1, 8) {
@@ -1234,7 +1399,8 @@ struct Setup {
 }
 
 /// Opens and maps the shared binder fds and the arenas; Err is the worker's exit code.
-fn setup(cfg: &Config, shm: &'static Shm, rng: &mut Rng) -> Result<Setup, i32> {
+/// `sequence`: for `run_sequence` (see `Shared::sequence`).
+fn setup(cfg: &Config, shm: &'static Shm, rng: &mut Rng, sequence: bool) -> Result<Setup, i32> {
     let devs: Vec<FDev> = [1024 * 1024 - 8192, 128 * 1024]
         .iter()
         .filter_map(|&len| FDev::open(&cfg.device, len, libc::PROT_READ, libc::MAP_PRIVATE))
@@ -1279,6 +1445,8 @@ fn setup(cfg: &Config, shm: &'static Shm, rng: &mut Rng) -> Result<Setup, i32> {
         device: cfg.device.clone(),
         binder_fds: cfg.binder_fds,
         all_binder_fds,
+        sequence,
+        notifs: Mutex::new(vec![]),
     });
     Ok(Setup { sh, arena: arena as usize, try_mgr })
 }
@@ -1323,7 +1491,7 @@ impl Setup {
 /// Runs a worker process to the end of its life; returns the exit code.
 pub fn run(cfg: Config, shm: &'static Shm) -> i32 {
     let mut rng = Rng::new(cfg.seed);
-    let s = match setup(&cfg, shm, &mut rng) {
+    let s = match setup(&cfg, shm, &mut rng, false) {
         Ok(s) => s,
         Err(code) => return code,
     };
@@ -1359,7 +1527,7 @@ pub fn run_sequence(cfg: Config, shm: &'static Shm, seq: &[u64], kcov: &[RawFd])
     };
     // This thread is thread 0: its setup (open, mmap) is traced too.
     enable(0);
-    let mut s = match setup(&cfg, shm, &mut Rng::new(cfg.seed)) {
+    let mut s = match setup(&cfg, shm, &mut Rng::new(cfg.seed), true) {
         Ok(s) => s,
         Err(code) => return code,
     };
@@ -1371,6 +1539,10 @@ pub fn run_sequence(cfg: Config, shm: &'static Shm, seq: &[u64], kcov: &[RawFd])
     let ready = std::sync::Barrier::new(threads);
     let body = |t: usize| {
         let mut th = s.thread(&cfg, t, Rng::derive(cfg.seed, t as u64).next_u64());
+        ready.wait();
+        if t == 0 {
+            th.prelude();
+        }
         ready.wait();
         loop {
             let mut at = turn.0.lock().unwrap();
