@@ -1,6 +1,6 @@
 //! Idle states in the guest (`--idle`): the per-CPU states of `clusters[].idle` as the DT's
 //! `idle-states` node, entered through PSCI CPU_SUSPEND, and their exit latencies as the lab
-//! QEMU's `-icount idle-exit=` list (qemu/0012), which makes a woken vCPU pay them.
+//! QEMU's `-icount idle-exit=` list (qemu/0013), which makes a woken vCPU pay them.
 //!
 //! QEMU's PSCI reports no extended power_state format (PSCI_FEATURES(CPU_SUSPEND) = 0), so
 //! Linux checks each `arm,psci-suspend-param` against the original format (StateID in bits

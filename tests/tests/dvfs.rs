@@ -86,7 +86,7 @@ fn wake(o: &Outcome, step: &str) -> serde_json::Value {
 
 /// `--idle`: a periodic sleeper's wake-ups on an idle silver and gold CPU come from the power
 /// collapse state cpuidle chose (its usage count) and each pays that state's exit latency
-/// (qemu/0012): the median wake-up latency is the exit latency longer than without states.
+/// (qemu/0013): the median wake-up latency is the exit latency longer than without states.
 /// Two boots with states give the same bytes.
 #[test]
 fn hicount_idle_wakeups_pay_the_exit_latency() {

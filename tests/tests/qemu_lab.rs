@@ -98,10 +98,12 @@ fn hicount_clusters_run_at_their_speed_and_loops_overlap() {
 /// The numbers of QEMU trace event `event` in `log` (the log backend's `[PID@TIME:]event text`
 /// lines): each line's integers, in order.
 fn trace_lines(log: &str, event: &str) -> Vec<Vec<i64>> {
-    log.lines()
-        .filter_map(|l| l.split_once(&format!("{event} ")).map(|(_, rest)| rest))
-        .map(|rest| rest.split(|c: char| !c.is_ascii_digit() && c != '-').filter_map(|w| w.parse().ok()).collect())
-        .collect()
+    log.lines().filter_map(|l| l.split_once(&format!("{event} ")).map(|(_, rest)| trace_numbers(rest))).collect()
+}
+
+/// The integers of one trace line's text after the event name.
+fn trace_numbers(rest: &str) -> Vec<i64> {
+    rest.split(|c: char| !c.is_ascii_digit() && c != '-').filter_map(|w| w.parse().ok()).collect()
 }
 
 /// A plan that keeps cpu0 idle while other CPUs loop, with a reader on the console (so the
@@ -273,8 +275,7 @@ fn hicount_cache_overshoot_is_taken_off_the_next_slice() {
         let line = line.unwrap();
         let Some((_, rest)) = line.split_once("icount_hetero_slice ") else { continue };
         // cpu, start, end, limit, quantum end, deadline, min active
-        let v: Vec<i64> =
-            rest.split(|c: char| !c.is_ascii_digit() && c != '-').filter_map(|w| w.parse().ok()).collect();
+        let v = trace_numbers(rest);
         assert_eq!(v.len(), 7, "a slice trace line with the quantum's end: {line}");
         let (cpu, end, limit, qend) = (v[0] as usize, v[2], v[3], v[4]);
         slices += 1;

@@ -164,7 +164,7 @@ fn check_dvfs(opts: &RunOpts, board: &board::Board) -> Result<()> {
     Ok(())
 }
 
-/// `--idle` needs the lab QEMU's timing model (qemu/0012 charges the exit latencies to each
+/// `--idle` needs the lab QEMU's timing model (qemu/0013 charges the exit latencies to each
 /// vCPU's own time; without it the states would cost nothing) and PSCI states on every cluster.
 fn check_idle(opts: &RunOpts, board: &board::Board) -> Result<()> {
     if !opts.idle {
