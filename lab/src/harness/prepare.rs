@@ -265,7 +265,8 @@ pub fn vm_spec(p: &Prepared, opts: &RunOpts, dir: &Path, console: Console) -> Re
         gdb: opts.gdb.then(|| sockets.socket(GDB_SOCKET)),
         gdbserver: opts.gdbserver.then(|| sockets.socket(GDBSERVER_SOCKET)),
         dump: opts.dump.is_some(),
-        trace: opts.trace.as_ref().map(|_| dir.join(crate::harness::trace::TRACE_STREAM)),
+        // The plan's own `[trace]` as well as `--trace` (run_plan copies that into the plan).
+        trace: p.plan.trace.as_ref().map(|_| dir.join(crate::harness::trace::TRACE_STREAM)),
         plugins: opts.plugins.iter().map(|p| p.replace("{run}", &run)).chain(p.cache_plugin.clone()).collect(),
         qemu_trace: (!opts.qemu_trace.is_empty()).then(|| (opts.qemu_trace.clone(), dir.join(QEMU_TRACE_LOG))),
         timing: p.board.timing().cloned(),

@@ -230,6 +230,7 @@ pub fn run_plan(plan: &Plan, opts: &RunOpts) -> Result<Outcome> {
         plan.trace = opts.trace.clone();
     }
     let plan = &plan;
+    let traced = plan.trace.is_some();
     let name =
         if opts.name.is_empty() { format!("{}-{}", board_label(&opts.board), plan.name) } else { opts.name.clone() };
     let dir = new_run_dir(&paths::path_safe(&name))?;
@@ -256,7 +257,7 @@ pub fn run_plan(plan: &Plan, opts: &RunOpts) -> Result<Outcome> {
     let stop = Arc::new(AtomicBool::new(false));
     let rx = start_readers(&mut vm, &spec, &stop, opts.dump.clone());
     let mut monitor = Monitor::new(&prepared.plan, opts.boot_timeout, t0);
-    if opts.trace.is_some() {
+    if traced {
         monitor = monitor.idle_grace(TRACE_GRACE);
     }
     if opts.gdb {
@@ -275,7 +276,7 @@ pub fn run_plan(plan: &Plan, opts: &RunOpts) -> Result<Outcome> {
     let mut outcome = outcome(dir, &prepared, run, t0);
     outcome.collect_errors = out.collector.errors;
     write_manifest(&outcome.dir, &prepared, &spec, &outcome, &vcpus, opts)?;
-    if opts.trace.is_some() {
+    if traced {
         match crate::harness::trace::collect(&outcome.dir) {
             Ok(notes) => notes.into_iter().for_each(progress::note),
             Err(e) => progress::note(format!("--trace: {e:#}")),
