@@ -40,38 +40,8 @@ fn write_console_results(spec: &VmSpec, events: &[Event]) -> Result<()> {
 /// Held while a run prepares its inputs (see [`run_plan`]).
 static PREPARE: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-/// A Ctrl-C or SIGTERM arrived earlier in this process: no further boot starts.
-#[derive(Debug)]
-pub struct Interrupted;
-
-impl std::fmt::Display for Interrupted {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(
-            "interrupted (Ctrl-C or SIGTERM): not starting another boot; the finished runs' directories are kept",
-        )
-    }
-}
-
-impl std::error::Error for Interrupted {}
-
-/// Whether a Ctrl-C or SIGTERM has arrived since the first run of this process began.
-pub fn interrupted() -> bool {
-    interrupted_flag().load(Ordering::SeqCst)
-}
-
-/// Ctrl-C and SIGTERM set this; the run loop then stops QEMU and reports. It stays set, so a
-/// command of many boots (bench, reproduce, nightly) ends with the boot it was in.
-fn interrupted_flag() -> Arc<AtomicBool> {
-    static FLAG: std::sync::OnceLock<Arc<AtomicBool>> = std::sync::OnceLock::new();
-    FLAG.get_or_init(|| {
-        let f = Arc::new(AtomicBool::new(false));
-        for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-            let _ = signal_hook::flag::register(sig, f.clone());
-        }
-        f
-    })
-    .clone()
-}
+pub use crate::support::interrupt::{interrupted, Interrupted};
+use crate::support::interrupt::flag as interrupted_flag;
 
 /// Complete lines appended to a file, read through one open handle.
 struct LineTail {
