@@ -102,7 +102,10 @@ pub fn inputs(spec: &VmSpec, run_dir: &Path) -> Result<Inputs> {
         subst.push((path.display().to_string(), format!("{{{name}}}")));
         Ok(())
     };
-    file(&spec.binary, "qemu".into(), &mut subst)?;
+    // The system QEMU is a bare name, found on PATH.
+    let qemu = crate::support::process::find_tool(&spec.binary.to_string_lossy())
+        .with_context(|| format!("{} not found on PATH; run `cargo make setup`", spec.binary.display()))?;
+    file(&qemu, "qemu".into(), &mut subst)?;
     file(&spec.kernel, "kernel".into(), &mut subst)?;
     file(&spec.initrd, "initrd".into(), &mut subst)?;
     file(&spec.dtb, "dtb".into(), &mut subst)?;
@@ -126,9 +129,8 @@ pub fn inputs(spec: &VmSpec, run_dir: &Path) -> Result<Inputs> {
     }
     subst.push((run_dir.display().to_string(), "{run}".into()));
     subst.sort_by_key(|(text, _)| std::cmp::Reverse(text.len()));
-    let argv = spec
-        .argv()
-        .into_iter()
+    let argv = std::iter::once("{qemu}".to_string())
+        .chain(spec.argv().into_iter().skip(1))
         .map(|mut a| {
             for (text, to) in &subst {
                 a = a.replace(text.as_str(), to);
@@ -280,8 +282,12 @@ mod tests {
         }
 
         fn inputs(&self, run: &Path, opts: &RunOpts) -> Inputs {
+            inputs(&vm_spec(&self.prepared(run), opts, run, Console::Pipe).unwrap(), run).unwrap()
+        }
+
+        fn prepared(&self, run: &Path) -> Prepared {
             let (board, board_sha256) = crate::harness::opts::load_board_file("sa8155p", None, None).unwrap();
-            let p = Prepared {
+            Prepared {
                 kernel: Built { flavor: "perf".into(), key: "0123456789abcdef".into(), dir: self.root.join("kernel") },
                 board,
                 board_sha256,
@@ -293,8 +299,7 @@ mod tests {
                 cache_plugin: None,
                 dvfs: false,
                 idle: false,
-            };
-            inputs(&vm_spec(&p, opts, run, Console::Pipe).unwrap(), run).unwrap()
+            }
         }
     }
 
@@ -332,6 +337,12 @@ mod tests {
         assert_ne!(k_kernel, key, "kernel");
         std::fs::write(f.root.join("qemu-system-aarch64"), b"qemu binary, rebuilt").unwrap();
         assert_ne!(f.inputs(&a, &icount()).key(), k_kernel, "qemu");
+        // The system QEMU is named bare and found on PATH (here: a shell stands in for it).
+        let mut spec = vm_spec(&f.prepared(&a), &icount(), &a, Console::Pipe).unwrap();
+        spec.binary = "sh".into();
+        let i = inputs(&spec, &a).unwrap();
+        assert_eq!(i.files["qemu"], sha256_file(&crate::support::process::find_tool("sh").unwrap()).unwrap());
+        assert_eq!(i.argv[0], "{qemu}");
     }
 
     #[test]

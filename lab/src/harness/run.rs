@@ -218,7 +218,10 @@ pub fn run_plan(plan: &Plan, opts: &RunOpts) -> Result<Outcome> {
     let t0 = Instant::now();
     // A deterministic boot that ran clean before with the same inputs gives the same results.
     let reuse = match (opts.reuse_boots, boot_cache::ineligible(opts)) {
-        (true, None) => Some(boot_cache::inputs(&spec, &dir)?),
+        // The cache only saves time: a boot whose inputs cannot be read for a key boots.
+        (true, None) => boot_cache::inputs(&spec, &dir)
+            .inspect_err(|e| progress::note(format!("booting {}: no key for its results: {e:#}", plan.name)))
+            .ok(),
         (true, Some(why)) => {
             progress::note(format!("booting {}: its results cannot be reused: {why}", plan.name));
             None
@@ -226,7 +229,13 @@ pub fn run_plan(plan: &Plan, opts: &RunOpts) -> Result<Outcome> {
         (false, _) => None,
     };
     let cache = paths::cache();
-    if let Some(r) = reuse.as_ref().map(|i| boot_cache::reuse(&cache, i, &dir)).transpose()?.flatten() {
+    let stored = reuse.as_ref().and_then(|i| {
+        boot_cache::reuse(&cache, i, &dir)
+            .inspect_err(|e| progress::note(format!("booting {}: the stored boot is unreadable: {e:#}", plan.name)))
+            .ok()
+            .flatten()
+    });
+    if let Some(r) = stored {
         let run = Finished {
             verdict: Verdict::Completed,
             events: r.events,

@@ -18,10 +18,15 @@ pub fn sh() -> xshell::Shell {
 
 /// True when `name` is on PATH (or is a path that exists).
 pub fn have_tool(name: &str) -> bool {
+    find_tool(name).is_some()
+}
+
+/// Where `name` is: itself when it is a path that exists, else its file in a PATH directory.
+pub fn find_tool(name: &str) -> Option<std::path::PathBuf> {
     if name.contains('/') {
-        return Path::new(name).exists();
+        return Path::new(name).exists().then(|| name.into());
     }
-    std::env::var_os("PATH").map(|p| std::env::split_paths(&p).any(|d| d.join(name).is_file())).unwrap_or(false)
+    std::env::split_paths(&std::env::var_os("PATH")?).map(|d| d.join(name)).find(|p| p.is_file())
 }
 
 /// A published build used this recently is never pruned: another checkout (a CI run, a
