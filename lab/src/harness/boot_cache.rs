@@ -226,23 +226,14 @@ pub fn reuse(cache: &Path, inputs: &Inputs, run_dir: &Path) -> Result<Option<Reu
 /// Copies the regular files under `from` into `to` (sockets and links are not results),
 /// leaving out the names in `skip` at the top.
 fn copy_files(from: &Path, to: &Path, skip: &[&str]) -> Result<()> {
-    let mut stack = vec![PathBuf::new()];
-    while let Some(rel) = stack.pop() {
-        for e in std::fs::read_dir(from.join(&rel)).with_context(|| format!("listing {}", from.join(&rel).display()))? {
-            let e = e?;
-            let r = rel.join(e.file_name());
-            let t = e.file_type()?;
-            if rel.as_os_str().is_empty() && skip.iter().any(|s| e.file_name() == *s) {
-                continue;
-            }
-            if t.is_dir() {
-                std::fs::create_dir_all(to.join(&r))?;
-                stack.push(r);
-            } else if t.is_file() {
-                std::fs::copy(e.path(), to.join(&r))
-                    .with_context(|| format!("copying {} to {}", e.path().display(), to.join(&r).display()))?;
-            }
+    let (files, _links) = artifact::walk(from)?;
+    for rel in files.iter().filter(|r| !skip.contains(&r.as_str())) {
+        let (src, dst) = (from.join(rel), to.join(rel));
+        if !std::fs::symlink_metadata(&src)?.is_file() {
+            continue;
         }
+        std::fs::create_dir_all(dst.parent().expect("under `to`"))?;
+        std::fs::copy(&src, &dst).with_context(|| format!("copying {} to {}", src.display(), dst.display()))?;
     }
     Ok(())
 }

@@ -92,7 +92,7 @@ fn mtime_ns(meta: &std::fs::Metadata) -> u64 {
 }
 
 /// The files and symlinks under `dir` (relative, sorted), the manifest itself left out.
-fn walk(dir: &Path) -> Result<(Vec<String>, Vec<String>)> {
+pub fn walk(dir: &Path) -> Result<(Vec<String>, Vec<String>)> {
     let (mut files, mut links) = (vec![], vec![]);
     let mut stack = vec![PathBuf::new()];
     while let Some(rel) = stack.pop() {
