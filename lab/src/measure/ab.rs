@@ -479,7 +479,8 @@ fn profile_plan(out: &Path, profile: Profile) -> Result<PathBuf> {
 /// The per-function difference of kernel instructions per call (lab profile's engine).
 fn profile_diff(flavors: [&str; 2], out: &Path, profile: Profile, opts: &RunOpts) -> Result<(String, Vec<FnDiff>)> {
     let plan = profile_plan(out, profile)?;
-    let icount = RunOpts { tcg: Tcg::Icount, ..opts.clone() };
+    // Like every boot of an A/B, they wait for the guest as long as the host's load asks.
+    let icount = RunOpts { tcg: Tcg::Icount, boot_timeout: boot_timeout(opts.boot_timeout), ..opts.clone() };
     let sides: Vec<RunOpts> = flavors
         .iter()
         .map(|f| RunOpts { flavor: f.to_string(), plan: plan.display().to_string(), ..icount.clone() })
