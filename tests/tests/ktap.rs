@@ -93,6 +93,7 @@ fn outcome(events: Vec<Event>, verdict: Verdict) -> Outcome {
         console_tail: "List of all partitions:\n# Subtest: fake".into(),
         collect_errors: vec![],
         step_output: Default::default(),
+        reused: None,
     }
 }
 

@@ -118,6 +118,7 @@ fn ab_report_renders_in_chromium() {
         timing: "recorded samples".into(),
         builds: vec![],
         gates: vec![],
+        boots: vec![],
         rows,
         perf_problems: vec![],
         functions: vec![],

@@ -134,6 +134,10 @@ fn gc_plan(cache: &Path, now: SystemTime) -> Vec<Prunable> {
     for path in prune_plan(&Kind::Qemu.root(cache), "qemu-", None, qemu::KEEP, now) {
         out.push(Prunable { path, why: format!("lab QEMU: older than the {} most recently used", qemu::KEEP) });
     }
+    let boots = crate::harness::boot_cache::KEEP;
+    for path in prune_plan(&Kind::Boot.root(cache), "boot-", None, boots, now) {
+        out.push(Prunable { path, why: format!("deterministic boot: older than the {boots} most recently used") });
+    }
     let old = |p: &Path| {
         std::fs::symlink_metadata(p)
             .and_then(|m| m.modified())

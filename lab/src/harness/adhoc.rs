@@ -133,6 +133,7 @@ mod tests {
             console_tail: String::new(),
             collect_errors: vec![],
             step_output: Default::default(),
+            reused: None,
         }
     }
 

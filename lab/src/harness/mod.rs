@@ -4,6 +4,7 @@
 
 pub mod adhoc;
 pub mod board_override;
+pub mod boot_cache;
 pub mod boots;
 pub mod collect;
 pub mod dtb;

@@ -105,6 +105,10 @@ pub struct RunOpts {
     pub jobs: usize,
     /// Every boot as a LAVA job on this farm instead of a local QEMU (`--lava`).
     pub lava: Option<LavaTarget>,
+    /// Take a deterministic boot's results from the cache when one with the same inputs ran
+    /// clean before, and keep this one's for the next (harness::boot_cache); no CLI option:
+    /// `lab ab` sets it for its base arm.
+    pub reuse_boots: bool,
 }
 
 impl Default for RunOpts {
@@ -146,6 +150,7 @@ impl Default for RunOpts {
             stream: false,
             jobs: 1,
             lava: None,
+            reuse_boots: false,
         }
     }
 }

@@ -82,6 +82,10 @@ pub struct Outcome {
     /// The last console lines each step (or service) printed, shown with its failure.
     #[serde(skip)]
     pub step_output: BTreeMap<String, Vec<String>>,
+    /// The results are a stored deterministic boot's with the same inputs (its key):
+    /// nothing booted (harness::boot_cache).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reused: Option<String>,
 }
 
 /// Console lines a step's output keeps for its failure report.
@@ -266,6 +270,7 @@ pub(crate) mod tests {
             console_tail: String::new(),
             collect_errors: vec![],
             step_output: Default::default(),
+            reused: None,
         }
     }
 

@@ -8,9 +8,10 @@ use crate::harness::manifest::write_manifest;
 use crate::harness::monitor::{Finished, Input, Monitor};
 use crate::harness::opts::{load_plan, RunOpts};
 use crate::harness::outcome::Outcome;
+use crate::harness::outcome::Verdict;
 use crate::harness::prepare::{new_run_dir, prepare, vm_spec, Prepared};
 use crate::harness::qemu::{Console, Vm, VmSpec};
-use crate::harness::{ktap, splat};
+use crate::harness::{boot_cache, ktap, splat};
 use crate::support::{fs, paths, progress};
 use anyhow::{bail, Context, Result};
 use labproto::{Event, Plan};
@@ -40,38 +41,8 @@ fn write_console_results(spec: &VmSpec, events: &[Event]) -> Result<()> {
 /// Held while a run prepares its inputs (see [`run_plan`]).
 static PREPARE: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-/// A Ctrl-C or SIGTERM arrived earlier in this process: no further boot starts.
-#[derive(Debug)]
-pub struct Interrupted;
-
-impl std::fmt::Display for Interrupted {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(
-            "interrupted (Ctrl-C or SIGTERM): not starting another boot; the finished runs' directories are kept",
-        )
-    }
-}
-
-impl std::error::Error for Interrupted {}
-
-/// Whether a Ctrl-C or SIGTERM has arrived since the first run of this process began.
-pub fn interrupted() -> bool {
-    interrupted_flag().load(Ordering::SeqCst)
-}
-
-/// Ctrl-C and SIGTERM set this; the run loop then stops QEMU and reports. It stays set, so a
-/// command of many boots (bench, reproduce, nightly) ends with the boot it was in.
-fn interrupted_flag() -> Arc<AtomicBool> {
-    static FLAG: std::sync::OnceLock<Arc<AtomicBool>> = std::sync::OnceLock::new();
-    FLAG.get_or_init(|| {
-        let f = Arc::new(AtomicBool::new(false));
-        for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-            let _ = signal_hook::flag::register(sig, f.clone());
-        }
-        f
-    })
-    .clone()
-}
+use crate::support::interrupt::flag as interrupted_flag;
+pub use crate::support::interrupt::{interrupted, Interrupted};
 
 /// Complete lines appended to a file, read through one open handle.
 struct LineTail {
@@ -246,6 +217,40 @@ pub fn run_plan(plan: &Plan, opts: &RunOpts) -> Result<Outcome> {
     let spec = vm_spec(&prepared, opts, &dir, Console::Pipe)?;
 
     let t0 = Instant::now();
+    // A deterministic boot that ran clean before with the same inputs gives the same results.
+    // A plan's own `[trace]` is a trace too (its files are not kept).
+    let ineligible = if traced { Some("its traces are not kept") } else { boot_cache::ineligible(opts) };
+    let reuse = match (opts.reuse_boots, ineligible) {
+        // The cache only saves time: a boot whose inputs cannot be read for a key boots.
+        (true, None) => boot_cache::inputs(&spec, &dir)
+            .inspect_err(|e| progress::note(format!("booting {}: no key for its results: {e:#}", plan.name)))
+            .ok(),
+        (true, Some(why)) => {
+            progress::note(format!("booting {}: its results cannot be reused: {why}", plan.name));
+            None
+        }
+        (false, _) => None,
+    };
+    let cache = paths::cache();
+    let stored = reuse.as_ref().and_then(|i| {
+        boot_cache::reuse(&cache, i, &dir)
+            .inspect_err(|e| progress::note(format!("booting {}: the stored boot is unreadable: {e:#}", plan.name)))
+            .ok()
+            .flatten()
+    });
+    if let Some(r) = stored {
+        let run = Finished {
+            verdict: Verdict::Completed,
+            events: r.events,
+            lines: r.lines,
+            boot_s: r.boot_s,
+            panic_report_s: None,
+            qmp_lost: false,
+        };
+        let mut outcome = outcome(dir, &prepared, run, t0);
+        outcome.reused = Some(r.key);
+        return Ok(outcome);
+    }
     let mut vm = Vm::spawn(&spec)?;
     let log = std::io::BufWriter::new(std::fs::File::create(dir.join("console.log"))?);
     let qmp_ok = vm.connect_qmp(Duration::from_secs(10));
@@ -273,9 +278,16 @@ pub fn run_plan(plan: &Plan, opts: &RunOpts) -> Result<Outcome> {
     followed?;
     let run = monitor.finish().context("the run ended without a verdict")?;
     write_console_results(&spec, &run.events)?;
+    let events = run.events.clone();
     let mut outcome = outcome(dir, &prepared, run, t0);
     outcome.collect_errors = out.collector.errors;
     write_manifest(&outcome.dir, &prepared, &spec, &outcome, &vcpus, opts)?;
+    // Only a clean boot is kept: a failure or a timeout may be the host's doing.
+    if let Some(inputs) = reuse.filter(|_| outcome.ok() && !interrupted()) {
+        if let Err(e) = boot_cache::store(&cache, &inputs, &outcome.dir, &events, outcome.boot_s) {
+            progress::note(format!("keeping the boot {} for reuse failed: {e:#}", outcome.dir.display()));
+        }
+    }
     if traced {
         match crate::harness::trace::collect(&outcome.dir) {
             Ok(notes) => notes.into_iter().for_each(progress::note),
@@ -330,6 +342,7 @@ fn outcome(dir: PathBuf, prepared: &Prepared, run: Finished, t0: Instant) -> Out
         console_tail: splat::tail(&run.lines, 50),
         collect_errors: vec![],
         step_output,
+        reused: None,
     }
 }
 

@@ -222,12 +222,30 @@ pub fn build_with(name: &str, extras: &Extras) -> Result<Built> {
     }
 
     let obj = cache.join("kernel/build").join(flavor);
+    // A treatment (`lab ab`) starts from its base's objects: the same config, a few more
+    // patches, so make rebuilds only what they touch. The base's O= directory moves on with
+    // the base (another tree state, a rebuilt series): a treatment's copy of an older one
+    // would rebuild most of the kernel, so it is seeded again from the base's current one.
+    let base_obj = fl
+        .seed
+        .as_ref()
+        .filter(|_| label == fl.name)
+        .map(|b| cache.join("kernel/build").join(b))
+        .filter(|b| b.join("vmlinux").is_file());
+    if let Some(from) = &base_obj {
+        if needs_reseed(&obj, from) {
+            crate::support::progress::note(format!(
+                "{} was seeded from another build of {} than its current one: seeding it again",
+                obj.display(),
+                from.display()
+            ));
+            set_aside(&obj)?;
+        }
+    }
     if !obj.exists() {
-        // A treatment (`lab ab`) starts from its base's objects: the same config, a few
-        // more patches, so make rebuilds only what they touch.
-        match fl.seed.as_ref().map(|b| cache.join("kernel/build").join(b)).filter(|b| b.join("vmlinux").is_file()) {
-            Some(from) if label == fl.name => seed_from(&from, &obj, "its base flavor")?,
-            _ => seed_from_sibling(&cache.join("kernel/build"), &obj, &merged)?,
+        match &base_obj {
+            Some(from) => seed_from(from, &obj, "its base flavor")?,
+            None => seed_from_sibling(&cache.join("kernel/build"), &obj, &merged)?,
         }
     }
     std::fs::create_dir_all(&obj)?;
@@ -273,6 +291,40 @@ fn seed_from_sibling(build_root: &Path, obj: &Path, merged: &Fragment) -> Result
     seed_from(&from, obj, &format!("{diff} config lines differ"))
 }
 
+/// Which build of it a seeded O= directory was copied from, inside the copy.
+const SEEDED_FROM: &str = ".lab-seeded-from";
+
+/// A build of an O= directory: its vmlinux's size and mtime (every link rewrites it).
+fn build_id(obj: &Path) -> Option<String> {
+    let m = std::fs::metadata(obj.join("vmlinux")).ok()?;
+    let t = m.modified().ok()?.duration_since(std::time::UNIX_EPOCH).ok()?;
+    Some(format!("{} {}", m.len(), t.as_nanos()))
+}
+
+/// The [`build_id`] of the O= directory `obj` was seeded from (None: not seeded, or before
+/// the lab recorded it).
+fn seeded_from(obj: &Path) -> Option<String> {
+    std::fs::read_to_string(obj.join(SEEDED_FROM)).ok().map(|s| s.trim().to_string())
+}
+
+/// Whether the O= directory `obj` exists and was not seeded from `base`'s current build.
+fn needs_reseed(obj: &Path, base: &Path) -> bool {
+    obj.exists() && seeded_from(obj) != build_id(base)
+}
+
+/// Removes the O= directory `obj` (under its build lock, renamed away first, so no one
+/// builds in half of it).
+fn set_aside(obj: &Path) -> Result<()> {
+    let lockf = std::fs::File::create(obj.join(".lab-lock"))?;
+    lockf.lock().context("locking the build directory")?;
+    let name = obj.file_name().context("an O= directory has a name")?.to_string_lossy().into_owned();
+    let aside = obj.with_file_name(format!(".{name}.stale.tmp"));
+    let _ = std::fs::remove_dir_all(&aside);
+    std::fs::rename(obj, &aside).with_context(|| format!("moving {} aside", obj.display()))?;
+    drop(lockf);
+    std::fs::remove_dir_all(&aside).with_context(|| format!("removing {}", aside.display()))
+}
+
 /// Copies the O= directory `from` to `obj` (atomically: a copy in progress has a hidden name).
 fn seed_from(from: &Path, obj: &Path, why: &str) -> Result<()> {
     // Not while the sibling builds: its build holds the same lock exclusively.
@@ -286,6 +338,9 @@ fn seed_from(from: &Path, obj: &Path, why: &str) -> Result<()> {
         }
         // The copy must configure afresh for its own fragment.
         let _ = std::fs::remove_file(tmp.join(".lab-config.sha256"));
+        if let Some(id) = build_id(from) {
+            std::fs::write(tmp.join(SEEDED_FROM), id)?;
+        }
         Ok(())
     })
 }
@@ -756,6 +811,28 @@ mod tests {
             published(&cache, "perf", &lock(), &merged, std::slice::from_ref(&series), "tc").unwrap().map(|b| b.key),
             Some(key)
         );
+    }
+
+    #[test]
+    fn a_treatment_is_seeded_again_when_its_base_was_rebuilt() {
+        let root = tempfile::tempdir().unwrap();
+        let (base, obj) = (root.path().join("perf"), root.path().join("perf+ab-0123456789ab"));
+        std::fs::create_dir_all(&base).unwrap();
+        std::fs::write(base.join("vmlinux"), "v1").unwrap();
+        assert!(!needs_reseed(&obj, &base), "nothing to seed again yet");
+        seed_from(&base, &obj, "test").unwrap();
+        assert!(!needs_reseed(&obj, &base), "fresh");
+        // A treatment O= directory of before the record: seeded again, once.
+        std::fs::remove_file(obj.join(SEEDED_FROM)).unwrap();
+        assert!(needs_reseed(&obj, &base));
+        set_aside(&obj).unwrap();
+        assert!(!obj.exists() && std::fs::read_dir(root.path()).unwrap().count() == 1, "nothing left aside");
+        seed_from(&base, &obj, "test").unwrap();
+        // The base links again (another tree state): the copy is stale.
+        let later = std::time::SystemTime::now() + std::time::Duration::from_secs(5);
+        std::fs::write(base.join("vmlinux"), "v2").unwrap();
+        std::fs::File::options().write(true).open(base.join("vmlinux")).unwrap().set_modified(later).unwrap();
+        assert!(needs_reseed(&obj, &base));
     }
 
     #[test]

@@ -255,6 +255,21 @@ impl Gate {
     }
 }
 
+/// One performance boot of the A/B.
+#[derive(Clone, Debug, Serialize)]
+pub struct BootRec {
+    pub arm: String,
+    /// From 1.
+    pub boot: usize,
+    /// QEMU's `-seed`.
+    pub seed: u32,
+    pub run_dir: PathBuf,
+    pub wall_s: f64,
+    /// The key of the stored deterministic boot whose results these are (nothing booted).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reused: Option<String>,
+}
+
 /// Per function, kernel instructions per call on each side.
 #[derive(Clone, Debug, Serialize)]
 pub struct FnDiff {
@@ -273,6 +288,7 @@ pub struct Report {
     pub timing: String,
     pub builds: Vec<BuildRec>,
     pub gates: Vec<Gate>,
+    pub boots: Vec<BootRec>,
     pub rows: Vec<PerfRow>,
     pub perf_problems: Vec<String>,
     pub functions: Vec<FnDiff>,
@@ -406,6 +422,9 @@ fn perf_runs(
                 flavor: flavors[arm as usize].into(),
                 qemu_seed: crate::measure::model::seed_of(b),
                 boot_timeout: boot_timeout(opts.boot_timeout),
+                // The base arm is the same deterministic boot in every A/B of this base: its
+                // results are kept by the content key of its inputs and reused.
+                reuse_boots: arm == 0,
                 ..opts.clone()
             };
             items.push((arm, b, plan, o));
@@ -422,6 +441,10 @@ fn perf_runs(
         format!("ab {} (boot {}/{}, -seed {})", ARMS[*arm as usize], b + 1, size.boots, o.qemu_seed)
     };
     let outs = crate::harness::boots::each(opts, &items, label, |(_, _, p, o)| run_plan_and_report(p, o))?;
+    let reused = outs.iter().filter(|o| o.reused.is_some()).count();
+    if reused > 0 {
+        note(format!("ab: {reused} boot(s) took the results of a stored deterministic boot with the same inputs"));
+    }
     Ok(items.into_iter().zip(outs).map(|((arm, b, ..), o)| (arm, b, o)).collect())
 }
 
@@ -456,7 +479,8 @@ fn profile_plan(out: &Path, profile: Profile) -> Result<PathBuf> {
 /// The per-function difference of kernel instructions per call (lab profile's engine).
 fn profile_diff(flavors: [&str; 2], out: &Path, profile: Profile, opts: &RunOpts) -> Result<(String, Vec<FnDiff>)> {
     let plan = profile_plan(out, profile)?;
-    let icount = RunOpts { tcg: Tcg::Icount, ..opts.clone() };
+    // Like every boot of an A/B, they wait for the guest as long as the host's load asks.
+    let icount = RunOpts { tcg: Tcg::Icount, boot_timeout: boot_timeout(opts.boot_timeout), ..opts.clone() };
     let sides: Vec<RunOpts> = flavors
         .iter()
         .map(|f| RunOpts { flavor: f.to_string(), plan: plan.display().to_string(), ..icount.clone() })
@@ -558,8 +582,8 @@ pub fn run(req: &Request, opts: &RunOpts) -> Result<Report> {
     let gate_list =
         gates(&t_perf, &req.base, debug.as_deref().zip(t_debug.as_deref()).map(|(d, td)| (td, d)), size, opts)?;
 
-    let (mut metrics, mut perf_problems, mut functions, mut profile_text) =
-        (BTreeMap::new(), vec![], vec![], String::new());
+    let (mut metrics, mut perf_problems, mut functions, mut profile_text, mut boots) =
+        (BTreeMap::new(), vec![], vec![], String::new(), vec![]);
     let timing = if req.model { "timing model (--qemu lab --tcg hicount --cache)" } else { "--tcg icount" };
     // A treatment that fails a gate has no performance worth measuring: its report is the failure.
     let gate_failed = gate_list.iter().any(Gate::fails_ab);
@@ -573,6 +597,17 @@ pub fn run(req: &Request, opts: &RunOpts) -> Result<Report> {
             RunOpts { tcg: Tcg::Icount, ..opts.clone() }
         };
         let runs = perf_runs([&req.base, &t_perf], size, req.profile, &popts, req.model)?;
+        boots = runs
+            .iter()
+            .map(|(arm, b, o)| BootRec {
+                arm: ARMS[*arm as usize].into(),
+                boot: b + 1,
+                seed: crate::measure::model::seed_of(*b),
+                run_dir: o.dir.clone(),
+                wall_s: o.wall_s,
+                reused: o.reused.clone(),
+            })
+            .collect();
         for (arm, b, o) in &runs {
             for p in o.problems() {
                 perf_problems.push(format!("{} boot {}: {p} ({})", ARMS[*arm as usize], b + 1, o.dir.display()));
@@ -595,6 +630,7 @@ pub fn run(req: &Request, opts: &RunOpts) -> Result<Report> {
         timing: timing.into(),
         builds,
         gates: gate_list,
+        boots,
         rows,
         perf_problems,
         functions,
@@ -713,6 +749,9 @@ pub fn render(r: &Report, reproducer: &str) -> String {
             let _ = writeln!(s, "\n{}", table::LEGEND);
         }
     }
+    if let Some(line) = reuse_line(&r.boots) {
+        let _ = writeln!(s, "\n{line}");
+    }
     if !r.perf_problems.is_empty() {
         let _ = writeln!(s, "\nProblems in the performance runs:\n");
         for p in &r.perf_problems {
@@ -732,6 +771,26 @@ pub fn render(r: &Report, reproducer: &str) -> String {
     }
     let _ = writeln!(s, "\nWall time of the whole A/B: {:.0} s.", r.wall_s);
     s
+}
+
+/// Which boots took a stored deterministic boot's results, in one sentence.
+fn reuse_line(boots: &[BootRec]) -> Option<String> {
+    let reused: Vec<String> = boots
+        .iter()
+        .filter(|b| b.reused.is_some())
+        .map(|b| format!("{} boot {} (-seed {})", b.arm, b.boot, b.seed))
+        .collect();
+    if reused.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "Reused, not booted: {} of {} boots took the results of a stored deterministic boot with the same inputs \
+         (QEMU, its arguments and seed, kernel, DTB, initramfs; `{}` in their run directories): {}.",
+        reused.len(),
+        boots.len(),
+        crate::harness::boot_cache::REUSED_NOTE,
+        reused.join(", ")
+    ))
 }
 
 /// Rows that get a plot: the throughputs and the inversion workload's high-priority p99.
@@ -846,6 +905,7 @@ mod tests {
             timing: "--tcg icount".into(),
             builds: vec![],
             gates: vec![gate("conformance-perf", false, Some(false)), gate("kunit-debug", false, Some(true))],
+            boots: vec![],
             rows: vec![],
             perf_problems: vec![],
             functions: vec![],
@@ -866,6 +926,22 @@ mod tests {
         assert_eq!(rows.len(), 2, "{md}");
         assert!(rows[0].contains("**FAIL**: kernel splat (warning):") && rows[0].ends_with("`/runs/x` |"), "{md}");
         assert!(rows[1].contains("the base too"), "{md}");
+    }
+
+    #[test]
+    fn the_report_names_the_reused_boots() {
+        let boot = |arm: &str, b: usize, reused: bool| BootRec {
+            arm: arm.into(),
+            boot: b,
+            seed: b as u32,
+            run_dir: "/runs/x".into(),
+            wall_s: 1.0,
+            reused: reused.then(|| "0123".into()),
+        };
+        assert_eq!(reuse_line(&[boot("base", 1, false), boot("treatment", 1, false)]), None);
+        let line = reuse_line(&[boot("base", 1, true), boot("treatment", 1, false), boot("base", 2, true)]).unwrap();
+        assert!(line.starts_with("Reused, not booted: 2 of 3 boots"), "{line}");
+        assert!(line.ends_with(": base boot 1 (-seed 1), base boot 2 (-seed 2)."), "{line}");
     }
 
     #[test]

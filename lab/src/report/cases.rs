@@ -339,6 +339,7 @@ pub(crate) mod tests {
             console_tail: "last <line>".into(),
             collect_errors: vec![],
             step_output: Default::default(),
+            reused: None,
         }
     }
 

@@ -34,10 +34,12 @@ pub enum Kind {
     Dtb,
     /// The kernel's binderfs selftest, built static for the guest (harness::selftest).
     Selftest,
+    /// A deterministic boot's results, kept by the content key of its inputs (harness::boot_cache).
+    Boot,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 5] = [Kind::Kernel, Kind::Qemu, Kind::Busybox, Kind::Dtb, Kind::Selftest];
+    pub const ALL: [Kind; 6] = [Kind::Kernel, Kind::Qemu, Kind::Busybox, Kind::Dtb, Kind::Selftest, Kind::Boot];
 
     /// The directory under the cache that holds this kind's artifacts.
     pub fn root(self, cache: &Path) -> PathBuf {
@@ -47,6 +49,7 @@ impl Kind {
             Kind::Busybox => "busybox",
             Kind::Dtb => "dtb",
             Kind::Selftest => "selftests",
+            Kind::Boot => "boots",
         })
     }
 
@@ -57,6 +60,7 @@ impl Kind {
             Kind::Busybox => "busybox",
             Kind::Dtb => "DTB",
             Kind::Selftest => "binderfs selftest",
+            Kind::Boot => "deterministic boot",
         }
     }
 }
@@ -88,7 +92,7 @@ fn mtime_ns(meta: &std::fs::Metadata) -> u64 {
 }
 
 /// The files and symlinks under `dir` (relative, sorted), the manifest itself left out.
-fn walk(dir: &Path) -> Result<(Vec<String>, Vec<String>)> {
+pub fn walk(dir: &Path) -> Result<(Vec<String>, Vec<String>)> {
     let (mut files, mut links) = (vec![], vec![]);
     let mut stack = vec![PathBuf::new()];
     while let Some(rel) = stack.pop() {

@@ -3,6 +3,7 @@
 
 pub mod artifact;
 pub mod fs;
+pub mod interrupt;
 pub mod parallel;
 pub mod paths;
 pub mod process;

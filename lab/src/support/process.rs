@@ -4,6 +4,9 @@ use anyhow::{bail, Context, Result};
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::support::interrupt::Interrupted;
 
 /// The lab builds external commands with xshell's `cmd!` (each interpolated value is one
 /// argument, never re-split by a shell) and runs them as `std::process::Command`s through
@@ -15,10 +18,15 @@ pub fn sh() -> xshell::Shell {
 
 /// True when `name` is on PATH (or is a path that exists).
 pub fn have_tool(name: &str) -> bool {
+    find_tool(name).is_some()
+}
+
+/// Where `name` is: itself when it is a path that exists, else its file in a PATH directory.
+pub fn find_tool(name: &str) -> Option<std::path::PathBuf> {
     if name.contains('/') {
-        return Path::new(name).exists();
+        return Path::new(name).exists().then(|| name.into());
     }
-    std::env::var_os("PATH").map(|p| std::env::split_paths(&p).any(|d| d.join(name).is_file())).unwrap_or(false)
+    std::env::split_paths(&std::env::var_os("PATH")?).map(|d| d.join(name)).find(|p| p.is_file())
 }
 
 /// A published build used this recently is never pruned: another checkout (a CI run, a
@@ -90,8 +98,21 @@ pub fn output(cmd: &mut Command) -> Result<String> {
 }
 
 /// Runs a long command with its output going to `log`, calling `on_line` for each line
-/// (for progress). On failure the error shows the last error lines and the log's path.
-pub fn run_logged(cmd: &mut Command, log: &Path, mut on_line: impl FnMut(&str)) -> Result<()> {
+/// (for progress). On failure the error shows the last error lines and the log's path. A
+/// Ctrl-C or SIGTERM ends the command with everything it started (see [`run_logged_until`])
+/// and returns [`Interrupted`].
+pub fn run_logged(cmd: &mut Command, log: &Path, on_line: impl FnMut(&str)) -> Result<()> {
+    run_logged_until(cmd, log, on_line, &crate::support::interrupt::flag())
+}
+
+/// After a stop, how long the command's process group has between SIGTERM and SIGKILL.
+const STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// [`run_logged`], stopped when `stop` is set. The command runs in a process group of its
+/// own, and a stop signals that whole group: make's recursive makes, the shells of its
+/// recipes and the compilers under them, not only the make the lab started (which, signalled
+/// alone, leaves a compile running). The lab's own Ctrl-C then reaches only the lab.
+pub fn run_logged_until(cmd: &mut Command, log: &Path, mut on_line: impl FnMut(&str), stop: &AtomicBool) -> Result<()> {
     let name = cmd.get_program().to_string_lossy().into_owned();
     let mut logf = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
     writeln!(logf, "$ {cmd:?}")?;
@@ -108,22 +129,37 @@ pub fn run_logged(cmd: &mut Command, log: &Path, mut on_line: impl FnMut(&str)) 
             Ok(())
         });
     }
+    std::os::unix::process::CommandExt::process_group(cmd, 0);
     let spawned = cmd.stdin(Stdio::null()).stdout(writer).stderr(writer2).spawn();
     // The Command keeps the pipe's write ends until they are replaced: drop them, or the
     // reader never sees EOF.
     cmd.stdout(Stdio::null()).stderr(Stdio::null());
     let mut child = spawned.with_context(|| format!("starting {name}"))?;
+    let group = child.id() as libc::pid_t;
+    let done = AtomicBool::new(false);
     let mut tail: std::collections::VecDeque<String> = Default::default();
-    for line in BufReader::new(reader).lines() {
-        let line = line.unwrap_or_default();
-        writeln!(logf, "{line}")?;
-        on_line(&line);
-        tail.push_back(line);
-        if tail.len() > 400 {
-            tail.pop_front();
-        }
+    let status = std::thread::scope(|s| -> Result<std::process::ExitStatus> {
+        s.spawn(|| stop_group_on(stop, &done, group));
+        let read = (|| -> Result<()> {
+            for line in BufReader::new(reader).lines() {
+                let line = line.unwrap_or_default();
+                writeln!(logf, "{line}")?;
+                on_line(&line);
+                tail.push_back(line);
+                if tail.len() > 400 {
+                    tail.pop_front();
+                }
+            }
+            Ok(())
+        })();
+        let status = child.wait();
+        done.store(true, Ordering::SeqCst);
+        read?;
+        Ok(status?)
+    })?;
+    if stop.load(Ordering::SeqCst) {
+        return Err(anyhow::Error::new(Interrupted).context(format!("{name} stopped; its log: {}", log.display())));
     }
-    let status = child.wait()?;
     if !status.success() {
         bail!(
             "{name} failed ({status}); last error lines:\n{}\nfull log: {}",
@@ -132,6 +168,28 @@ pub fn run_logged(cmd: &mut Command, log: &Path, mut on_line: impl FnMut(&str)) 
         );
     }
     Ok(())
+}
+
+/// Until `done`: when `stop` is set, SIGTERM to the process group `group`, then SIGKILL
+/// after [`STOP_GRACE`] if it has not ended by then.
+fn stop_group_on(stop: &AtomicBool, done: &AtomicBool, group: libc::pid_t) {
+    let tick = std::time::Duration::from_millis(50);
+    while !done.load(Ordering::SeqCst) {
+        if stop.load(Ordering::SeqCst) {
+            // SAFETY: kill(2) with a negative pid signals that process group; no memory is shared.
+            unsafe { libc::kill(-group, libc::SIGTERM) };
+            let until = std::time::Instant::now() + STOP_GRACE;
+            while !done.load(Ordering::SeqCst) && std::time::Instant::now() < until {
+                std::thread::sleep(tick);
+            }
+            if !done.load(Ordering::SeqCst) {
+                // SAFETY: as above.
+                unsafe { libc::kill(-group, libc::SIGKILL) };
+            }
+            return;
+        }
+        std::thread::sleep(tick);
+    }
 }
 
 /// The lines worth showing from a failed build's tail: errors if any, else the last 20.
@@ -194,6 +252,33 @@ mod tests {
         let t: Vec<String> =
             ["  CC a.o", "a.c:1: error: boom", "make: *** [x] Error 1"].iter().map(|s| s.to_string()).collect();
         assert_eq!(error_lines(&t), "a.c:1: error: boom\nmake: *** [x] Error 1");
+    }
+
+    #[test]
+    fn a_stop_ends_the_commands_whole_process_group() {
+        let d = tempfile::tempdir().unwrap();
+        let pidf = d.path().join("pid");
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let (s2, p2) = (stop.clone(), pidf.clone());
+        let stopper = std::thread::spawn(move || {
+            while std::fs::read_to_string(&p2).map_or(true, |t| !t.ends_with('\n')) {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            s2.store(true, Ordering::SeqCst);
+        });
+        // A shell (make) that waits for a grandchild (a compiler) of its own.
+        let script = format!("sleep 60 & echo $! > {}; wait", pidf.display());
+        let t0 = std::time::Instant::now();
+        let e = run_logged_until(Command::new("sh").args(["-c", &script]), &d.path().join("x.log"), |_| {}, &stop)
+            .unwrap_err();
+        stopper.join().unwrap();
+        assert!(e.downcast_ref::<Interrupted>().is_some(), "{e:#}");
+        assert!(t0.elapsed() < Duration::from_secs(30), "the stop waited for the grandchild: {:?}", t0.elapsed());
+        let pid = std::fs::read_to_string(&pidf).unwrap().trim().to_string();
+        // Gone, or a zombie until init reaps it: not running.
+        let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let running = state.rsplit_once(") ").is_some_and(|(_, rest)| !rest.starts_with('Z'));
+        assert!(!running, "the grandchild {pid} still runs: {state}");
     }
 
     #[test]
