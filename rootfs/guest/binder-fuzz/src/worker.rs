@@ -1603,7 +1603,9 @@ pub fn run(cfg: Config, shm: &'static Shm) -> i32 {
 /// on thread `seq[i] % threads`, one op at a time in sequence order, so the same sequence
 /// makes the same calls. Thread `t` records its coverage into `kcov[t]` (KCOV_ENABLE is per
 /// task). Every thread then reads what the driver queued for it. Returns the exit code.
-pub fn run_sequence(cfg: Config, shm: &'static Shm, seq: &[u64], kcov: &[RawFd]) -> i32 {
+/// `areas`: the kcov buffers' addresses (`Kcov::addr`), whose counts mark each op's start
+/// in `shm.op_marks`.
+pub fn run_sequence(cfg: Config, shm: &'static Shm, seq: &[u64], kcov: &[RawFd], areas: &[usize]) -> i32 {
     let threads = cfg.threads.max(1);
     let enable = |t: usize| {
         if let Some(&fd) = kcov.get(t) {
@@ -1636,6 +1638,9 @@ pub fn run_sequence(cfg: Config, shm: &'static Shm, seq: &[u64], kcov: &[RawFd])
                 at = turn.1.wait(at).unwrap();
             }
             let Some(&op) = seq.get(*at) else { break };
+            if let (Some(m), Some(&a)) = (shm.op_marks.get(*at), areas.get(t)) {
+                m.store(crate::kcov::count_at(a), Ordering::Relaxed);
+            }
             drop(at);
             th.rng = Rng::new(op);
             th.step();
