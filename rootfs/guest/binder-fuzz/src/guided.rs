@@ -47,6 +47,11 @@ const NO_OP: u32 = u32::MAX;
 /// An entry whose last op reached new edges ends in a state nothing before reached: its
 /// energy is multiplied by this, and its mutations append at the end more often.
 const LAST_OP_BOOST: u32 = 3;
+/// Op seeds the dictionary keeps. An op is drawn from its seed in whatever state the
+/// sequence is in, so one that reached new edges (a clear that found an active listener, a
+/// request that made a duplicate) tends to do the same command on the same fd and the
+/// notifications the process holds again: AFL's tokens, for ops.
+const DICT_MAX: usize = 512;
 /// Runs spent minimising one failure.
 const MINIMISE_RUNS: usize = 120;
 /// Distinct failures one run saves (with `keep_going`).
@@ -195,6 +200,11 @@ struct Fuzzer<'a> {
     ops: u64,
     t0: Instant,
     timeline: Vec<Value>,
+    /// Op seeds that reached new edges in some sequence (`DICT_MAX`, oldest dropped): the
+    /// dictionary an insert draws from half the time.
+    dict: Vec<u64>,
+    /// Per thread, the trace positions of the new edges of the last `absorb`.
+    fresh_at: Vec<Vec<usize>>,
 }
 
 /// A corpus entry and what its energy is made of.
@@ -347,6 +357,9 @@ impl<'a> Fuzzer<'a> {
         };
         let e = self.exec(&seq);
         let (new, by_last) = self.absorb(&e, seq.len() as u32 - 1);
+        if self.cfg.mode == Mode::Guided {
+            self.learn_ops(&e, &seq);
+        }
         if new > 0 && self.cfg.mode == Mode::Guided {
             let last_new = by_last > 0;
             self.corpus.push(Entry { seq: seq.clone(), new_edges: new, found_at: self.execs, picks: 0, last_new });
@@ -354,14 +367,35 @@ impl<'a> Fuzzer<'a> {
         (seq, e)
     }
 
+    /// Puts the ops of `seq` that reached new edges in `e` (the ones `absorb` just counted)
+    /// into the dictionary.
+    fn learn_ops(&mut self, e: &Exec, seq: &[u64]) {
+        for (t, ops) in e.op_of.iter().enumerate() {
+            let Some(new) = self.fresh_at.get(t) else { continue };
+            for (j, &op) in ops.iter().enumerate() {
+                let Some(&s) = seq.get(op as usize) else { continue };
+                if new.contains(&j) && !self.dict.contains(&s) {
+                    if self.dict.len() >= DICT_MAX {
+                        self.dict.remove(0);
+                    }
+                    self.dict.push(s);
+                }
+            }
+        }
+    }
+
     /// Adds the coverage of `e`; how many edges it reached that were never seen before, and
     /// how many of them op `last` ran.
     fn absorb(&mut self, e: &Exec, last: u32) -> (usize, usize) {
         let (mut new, mut by_last) = (0, 0);
+        self.fresh_at = vec![vec![]; e.traces.len()];
         for (t, tr) in e.traces.iter().enumerate() {
             let mut prev = 0u64;
             for (j, &pc) in tr.iter().enumerate() {
                 let fresh = self.edges.insert(mix(prev) ^ pc);
+                if fresh {
+                    self.fresh_at[t].push(j);
+                }
                 new += fresh as usize;
                 by_last += (fresh && e.op_of.get(t).and_then(|o| o.get(j)) == Some(&last)) as usize;
                 if self.pcs.insert(pc) {
@@ -406,7 +440,12 @@ impl<'a> Fuzzer<'a> {
                 0 if n < MAX_LEN => {
                     // Half the time at the end, where the state the entry built is deepest.
                     let at = if self.rng.chance(end, 4) { n } else { self.rng.below(n as u64 + 1) as usize };
-                    s.insert(at, self.rng.next_u64());
+                    let op = if !self.dict.is_empty() && self.rng.chance(1, 2) {
+                        *self.rng.pick(&self.dict)
+                    } else {
+                        self.rng.next_u64()
+                    };
+                    s.insert(at, op);
                 }
                 1 if n > 1 => {
                     s.remove(self.rng.below(n as u64) as usize);
@@ -531,6 +570,8 @@ pub fn run(cfg: &Config, shm: &'static Shm) -> i32 {
         ops: 0,
         t0: Instant::now(),
         timeline: vec![],
+        dict: vec![],
+        fresh_at: vec![],
     };
     kmsg::mark(&format!("binder-fuzz: {} mode, seed {:#x}", cfg.mode.name(), cfg.seed));
     if cfg.mode == Mode::Replay {
@@ -707,6 +748,8 @@ mod tests {
             ops: 0,
             t0: Instant::now(),
             timeline: vec![],
+            dict: vec![],
+            fresh_at: vec![],
         }
     }
 
@@ -821,6 +864,21 @@ mod tests {
         };
         let (boosted, plain) = (appended(true), appended(false));
         assert!(boosted > plain + plain / 8, "appends: {boosted} with the last op new, {plain} without");
+    }
+
+    #[test]
+    fn ops_that_reached_new_edges_are_inserted_again() {
+        let mut f = fuzzer(Mode::Guided);
+        let e = |t: &[u64], o: &[u32]| Exec { traces: vec![t.to_vec()], op_of: vec![o.to_vec()], failures: vec![] };
+        // Op 1 (seed 22) reaches new edges, op 0 (seed 11) only known ones.
+        f.absorb(&e(&[0x1000], &[0]), 0);
+        let ex = e(&[0x1000, 0x1010], &[0, 1]);
+        f.absorb(&ex, 1);
+        f.learn_ops(&ex, &[11, 22]);
+        assert_eq!(f.dict, [22]);
+        f.corpus = vec![Entry { seq: vec![1, 2, 3], new_edges: 1, found_at: 0, picks: 0, last_new: false }];
+        let with_22 = (0..1000).filter(|_| f.mutate().contains(&22)).count();
+        assert!(with_22 > 20, "the dictionary's op was inserted {with_22} times in 1000 mutations");
     }
 
     #[test]
