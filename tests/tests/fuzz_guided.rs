@@ -117,3 +117,26 @@ fn guided_finds_the_planted_bug_and_its_replay_brings_the_splat_back_only_there(
     let (ok, out, _) = lab_fuzz(&["--replay", repro.to_str().unwrap(), "--flavor", "debug"]);
     assert!(ok, "{out}");
 }
+
+/// Three op seeds that take the planted path (a request answered at once, a clear and its
+/// re-request in one write, a clear), found by replaying the ops' draws on the host
+/// (`print_planted_path` in binder-fuzz's worker.rs), not by the fuzzer.
+const PLANTED_PATH: &str = r#"{"seq": ["0x2cc", "0x79e", "0x94"], "threads": 2, "flavor": "fuzz-planted"}"#;
+
+// Measured 2026-12-02 with LAB_KERNEL on the cached fuzz-planted build: the replay fails with
+// the planted warning (freeze.rs:101), and passes on debug, each in one boot of about a
+// minute on the loaded host; without LAB_KERNEL the fuzz-planted kernel of the current series
+// is first a cold KCOV build (2479 s measured).
+#[test]
+#[ignore = "needs the fuzz-planted kernel: a cold KCOV+KASAN build (2479 s measured), then two ~1 min boots"]
+fn the_planted_path_replays_the_warning_on_the_planted_driver_only() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("planted-path.json");
+    std::fs::write(&file, PLANTED_PATH).unwrap();
+    let (ok, out, dir) = lab_fuzz(&["--replay", file.to_str().unwrap()]);
+    assert!(!ok, "the planted path passed on fuzz-planted:\n{out}");
+    let r = result(&dir, "replay");
+    assert!(r["message"].as_str().unwrap().contains(PLANTED_AT), "{r}");
+    let (ok, out, _) = lab_fuzz(&["--replay", file.to_str().unwrap(), "--flavor", "debug"]);
+    assert!(ok, "{out}");
+}

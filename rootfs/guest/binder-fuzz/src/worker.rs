@@ -1696,3 +1696,71 @@ mod tests {
         assert!(Command::decode(&w).unwrap().1.is_empty(), "a plain clear is one command");
     }
 }
+
+/// Op seeds for the planted bug's path, found by replaying an op's first draws (the order
+/// of `Thread::step` on a thread with no pending call, as after `prelude`): not a fuzzer
+/// find, a check that the path is within the ops' reach and of `--replay` on both
+/// drivers (docs/src/results/guided-fuzzing.md).
+#[cfg(test)]
+mod planted_path {
+    use super::*;
+
+    /// What an op seed does on thread 0 if it is one well-formed freeze command on fd 0:
+    /// (sub-kind 0 request / 1 clear, the clear's re-request, the answer to a
+    /// BR_FROZEN_BINDER that its read brings), or None.
+    fn freeze_op(seed: u64, clear: bool) -> Option<(bool, bool)> {
+        let mut r = Rng::new(seed);
+        if r.weighted(&[50, 20, 18, 2, 1, 1, 1, 2, 2, 0]) != 0 || r.chance(1, 4000) {
+            return None;
+        }
+        if r.weighted(&[60, 25, 15]) != 0 || !r.chance(7, 10) || r.weighted(&[0, 50, 20, 10, 8, 5, 4, 3]).max(1) != 1 {
+            return None;
+        }
+        if r.weighted(&SEQ_SANE) != 15 || r.below(3) != clear as u64 {
+            return None;
+        }
+        let again = if clear {
+            // An active notification (chance 3/4), picked among one, the re-request's draw.
+            if !r.chance(3, 4) {
+                return None;
+            }
+            r.below(1);
+            r.chance(REREQUEST_QUARTERS, 4)
+        } else {
+            // request_pick: a cleared one (none yet) or the one handle held, a fresh cookie.
+            r.chance(2, 4);
+            r.below(1);
+            if r.chance(3, 4) {
+                r.below(8);
+            } else {
+                r.next_u64();
+            }
+            false
+        };
+        // write_read's read size (unused: a well-formed write reads after).
+        if r.weighted(&[15, 10, 50, 25]) != 0 {
+            r.next_u64();
+        }
+        Some((again, r.chance(FROZEN_DONE_QUARTERS, 4)))
+    }
+
+    #[test]
+    #[ignore = "prints seeds; see the module's comment"]
+    fn print_planted_path() {
+        let find =
+            |clear: bool, want: (bool, bool)| (0..).step_by(2).find(|&s| freeze_op(s, clear) == Some(want)).unwrap();
+        // A request answered at once; a clear and its re-request in one write, whose
+        // BR_FROZEN_BINDER is answered at once; a clear: the warning.
+        let seq = [find(false, (false, true)), find(true, (true, true)), find(true, (false, false))];
+        let hex: Vec<String> = seq.iter().map(|s| format!("{s:#x}")).collect();
+        println!("{}", hex.join(","));
+        let n = 1u64 << 20;
+        let count = |clear, want| (0..n).filter(|&s| freeze_op(s, clear) == Some(want)).count() as f64 / n as f64;
+        println!(
+            "per op: request answered {:.5}, clear+re-request {:.5}, clear {:.5}",
+            count(false, (false, true)),
+            count(true, (true, true)) + count(true, (true, false)),
+            count(true, (false, false)) + count(true, (false, true))
+        );
+    }
+}
