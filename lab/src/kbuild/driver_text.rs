@@ -79,12 +79,21 @@ pub fn ranges(system_map: &str, names: &HashSet<String>) -> Vec<(u64, u64)> {
     out
 }
 
+/// Whether the kernel configuration at `config` (a build's `.config`) has KCOV.
+pub fn kcov_enabled(config: &Path) -> bool {
+    std::fs::read_to_string(config).is_ok_and(|c| has_kcov(&c))
+}
+
+fn has_kcov(config: &str) -> bool {
+    config.lines().any(|l| l == "CONFIG_KCOV=y")
+}
+
 /// The driver's text ranges of a build of `flavor`: System.map in `dir`, objects in `obj`
 /// (its O= dir).
 pub fn for_build(flavor: &str, dir: &Path, obj: &Path) -> Result<Vec<(u64, u64)>> {
     let config = std::fs::read_to_string(obj.join(".config"))
         .with_context(|| format!("reading {}/.config (the kernel's build directory)", obj.display()))?;
-    if !config.lines().any(|l| l == "CONFIG_KCOV=y") {
+    if !has_kcov(&config) {
         bail!(
             "kernel flavor {flavor} has no CONFIG_KCOV: coverage-guided fuzzing needs a KCOV flavor, e.g. --flavor fuzz"
         );
@@ -135,5 +144,16 @@ mod tests {
             ranges(map, &names),
             [(0xffff000000002000, 0xffff000000002200), (0xffff000000003000, 0xffff000000004000)]
         );
+    }
+
+    #[test]
+    fn kcov_is_read_from_the_builds_config() {
+        let tmp = tempfile::tempdir().unwrap();
+        let config = tmp.path().join(".config");
+        std::fs::write(&config, "CONFIG_KASAN=y\n# CONFIG_KCOV is not set\n").unwrap();
+        assert!(!kcov_enabled(&config));
+        std::fs::write(&config, "CONFIG_KASAN=y\nCONFIG_KCOV=y\n").unwrap();
+        assert!(kcov_enabled(&config));
+        assert!(!kcov_enabled(&tmp.path().join("missing")), "no .config: no KCOV");
     }
 }

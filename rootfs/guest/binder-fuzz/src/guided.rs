@@ -42,6 +42,16 @@ const SHORT_LEN: usize = 16;
 const FRESH_ONE_IN: u64 = 5;
 /// An entry is "recent" for this many sequences after it joined: it gets more energy.
 const RECENT_EXECS: u64 = 100;
+/// `Exec::op_of` of the PCs before a thread's first op.
+const NO_OP: u32 = u32::MAX;
+/// An entry whose last op reached new edges ends in a state nothing before reached: its
+/// energy is multiplied by this, and its mutations append at the end more often.
+const LAST_OP_BOOST: u32 = 3;
+/// Op seeds the dictionary keeps. An op is drawn from its seed in whatever state the
+/// sequence is in, so one that reached new edges (a clear that found an active listener, a
+/// request that made a duplicate) tends to do the same command on the same fd and the
+/// notifications the process holds again: AFL's tokens, for ops.
+const DICT_MAX: usize = 512;
 /// Runs spent minimising one failure.
 const MINIMISE_RUNS: usize = 120;
 /// Distinct failures one run saves (with `keep_going`).
@@ -140,6 +150,9 @@ impl Symbols {
 struct Exec {
     /// Driver PCs per thread, in trace order.
     traces: Vec<Vec<u64>>,
+    /// For each PC of `traces`, the index of the op of the sequence that ran it (`NO_OP`:
+    /// the worker's setup before the first op).
+    op_of: Vec<Vec<u32>>,
     /// Splats, the worker's crash or a hang: the first is the failure's signature.
     failures: Vec<String>,
 }
@@ -187,6 +200,11 @@ struct Fuzzer<'a> {
     ops: u64,
     t0: Instant,
     timeline: Vec<Value>,
+    /// Op seeds that reached new edges in some sequence (`DICT_MAX`, oldest dropped): the
+    /// dictionary an insert draws from half the time.
+    dict: Vec<u64>,
+    /// Per thread, the trace positions of the new edges of the last `absorb`.
+    fresh_at: Vec<Vec<usize>>,
 }
 
 /// A corpus entry and what its energy is made of.
@@ -198,6 +216,8 @@ struct Entry {
     found_at: u64,
     /// Times it was picked for a mutation.
     picks: u64,
+    /// Its last op reached new edges (see `LAST_OP_BOOST`).
+    last_new: bool,
 }
 
 impl Entry {
@@ -206,7 +226,8 @@ impl Entry {
         let found = 4 + self.new_edges.min(60) as u32;
         let recent = if execs.saturating_sub(self.found_at) < RECENT_EXECS { 4 } else { 1 };
         let short = if self.seq.len() <= SHORT_LEN / 2 { 2 } else { 1 };
-        (found * recent * short / (1 + self.picks as u32 / 16)).max(1)
+        let last = if self.last_new { LAST_OP_BOOST } else { 1 };
+        (found * recent * short * last / (1 + self.picks as u32 / 16)).max(1)
     }
 }
 
@@ -225,6 +246,10 @@ impl Target for Kernel<'_> {
             k.read_new();
         }
         let fds: Vec<i32> = self.kcov.iter().map(|k| k.fd).collect();
+        let areas: Vec<usize> = self.kcov.iter().map(|k| k.addr()).collect();
+        for m in &self.shm.op_marks {
+            m.store(u64::MAX, std::sync::atomic::Ordering::Relaxed);
+        }
         let wcfg = || worker::Config {
             device: self.cfg.device.clone(),
             binder_fds: false,
@@ -238,14 +263,14 @@ impl Target for Kernel<'_> {
         if pid == 0 {
             // SAFETY: prctl has no memory preconditions.
             unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) };
-            let code = worker::run_sequence(wcfg(), self.shm, seq, &fds);
+            let code = worker::run_sequence(wcfg(), self.shm, seq, &fds, &areas);
             // SAFETY: ends the worker without running the parent's exit handlers.
             unsafe { libc::_exit(code) };
         }
         let mut failures = vec![];
         if pid < 0 {
             failures.push("fork failed".into());
-            return Exec { traces: vec![], failures };
+            return Exec { traces: vec![], op_of: vec![], failures };
         }
         let t = Instant::now();
         let code = loop {
@@ -280,9 +305,39 @@ impl Target for Kernel<'_> {
             let splats = kmsg::splats(&k.read_new());
             failures.splice(0..0, splats);
         }
-        let traces = self.kcov.iter().map(|k| k.pcs().into_iter().filter(|&pc| self.in_driver(pc)).collect()).collect();
-        Exec { traces, failures }
+        let marks: Vec<u64> = self.shm.op_marks.iter().map(|m| m.load(std::sync::atomic::Ordering::Relaxed)).collect();
+        let (mut traces, mut op_of) = (vec![], vec![]);
+        for (t, k) in self.kcov.iter().enumerate() {
+            // This thread's ops, in order, with the trace position each started at.
+            let starts: Vec<(u64, u32)> = (0..seq.len().min(marks.len()))
+                .filter(|&i| seq[i] as usize % self.cfg.threads.max(1) == t && marks[i] != u64::MAX)
+                .map(|i| (marks[i], i as u32))
+                .collect();
+            let (tr, ops) = attribute(&k.pcs(), &starts, |pc| self.in_driver(pc));
+            traces.push(tr);
+            op_of.push(ops);
+        }
+        Exec { traces, op_of, failures }
     }
+}
+
+/// The PCs of one thread's raw trace that `keep` keeps, each with the op that ran it: the last
+/// of `starts` (trace position at the op's start, op index; in order) at or before it.
+fn attribute(raw: &[u64], starts: &[(u64, u32)], keep: impl Fn(u64) -> bool) -> (Vec<u64>, Vec<u32>) {
+    let (mut pcs, mut ops) = (vec![], vec![]);
+    let mut next = 0;
+    let mut op = NO_OP;
+    for (p, &pc) in raw.iter().enumerate() {
+        while next < starts.len() && starts[next].0 <= p as u64 {
+            op = starts[next].1;
+            next += 1;
+        }
+        if keep(pc) {
+            pcs.push(pc);
+            ops.push(op);
+        }
+    }
+    (pcs, ops)
 }
 
 impl<'a> Fuzzer<'a> {
@@ -301,20 +356,48 @@ impl<'a> Fuzzer<'a> {
             self.random_seq()
         };
         let e = self.exec(&seq);
-        let new = self.absorb(&e);
+        let (new, by_last) = self.absorb(&e, seq.len() as u32 - 1);
+        if self.cfg.mode == Mode::Guided {
+            self.learn_ops(&e, &seq);
+        }
         if new > 0 && self.cfg.mode == Mode::Guided {
-            self.corpus.push(Entry { seq: seq.clone(), new_edges: new, found_at: self.execs, picks: 0 });
+            let last_new = by_last > 0;
+            self.corpus.push(Entry { seq: seq.clone(), new_edges: new, found_at: self.execs, picks: 0, last_new });
         }
         (seq, e)
     }
 
-    /// Adds the coverage of `e`; how many edges it reached that were never seen before.
-    fn absorb(&mut self, e: &Exec) -> usize {
-        let mut new = 0;
-        for tr in &e.traces {
+    /// Puts the ops of `seq` that reached new edges in `e` (the ones `absorb` just counted)
+    /// into the dictionary.
+    fn learn_ops(&mut self, e: &Exec, seq: &[u64]) {
+        for (t, ops) in e.op_of.iter().enumerate() {
+            let Some(new) = self.fresh_at.get(t) else { continue };
+            for (j, &op) in ops.iter().enumerate() {
+                let Some(&s) = seq.get(op as usize) else { continue };
+                if new.contains(&j) && !self.dict.contains(&s) {
+                    if self.dict.len() >= DICT_MAX {
+                        self.dict.remove(0);
+                    }
+                    self.dict.push(s);
+                }
+            }
+        }
+    }
+
+    /// Adds the coverage of `e`; how many edges it reached that were never seen before, and
+    /// how many of them op `last` ran.
+    fn absorb(&mut self, e: &Exec, last: u32) -> (usize, usize) {
+        let (mut new, mut by_last) = (0, 0);
+        self.fresh_at = vec![vec![]; e.traces.len()];
+        for (t, tr) in e.traces.iter().enumerate() {
             let mut prev = 0u64;
-            for &pc in tr {
-                new += self.edges.insert(mix(prev) ^ pc) as usize;
+            for (j, &pc) in tr.iter().enumerate() {
+                let fresh = self.edges.insert(mix(prev) ^ pc);
+                if fresh {
+                    self.fresh_at[t].push(j);
+                }
+                new += fresh as usize;
+                by_last += (fresh && e.op_of.get(t).and_then(|o| o.get(j)) == Some(&last)) as usize;
                 if self.pcs.insert(pc) {
                     if let Some(f) = self.syms.function_of(pc) {
                         self.functions.insert(f);
@@ -323,7 +406,7 @@ impl<'a> Fuzzer<'a> {
                 prev = pc;
             }
         }
-        new
+        (new, by_last)
     }
 
     fn random_seq(&mut self) -> Vec<u64> {
@@ -333,14 +416,21 @@ impl<'a> Fuzzer<'a> {
 
     /// A corpus entry drawn by energy (counted as picked).
     fn pick_entry(&mut self) -> Vec<u64> {
+        self.pick().0
+    }
+
+    /// `pick_entry`, and whether the entry's last op reached new edges.
+    fn pick(&mut self) -> (Vec<u64>, bool) {
         let w: Vec<u32> = self.corpus.iter().map(|e| e.energy(self.execs)).collect();
         let i = self.rng.weighted(&w);
         self.corpus[i].picks += 1;
-        self.corpus[i].seq.clone()
+        (self.corpus[i].seq.clone(), self.corpus[i].last_new)
     }
 
     fn mutate(&mut self) -> Vec<u64> {
-        let mut s = self.pick_entry();
+        let (mut s, last_new) = self.pick();
+        // Appends build on the state the entry ended in: more so when its last op was new.
+        let end = if last_new { 3 } else { 2 };
         for _ in 0..self.rng.range(1, 4) {
             let n = s.len();
             // Long entries shrink: drop an op or a block first.
@@ -349,8 +439,13 @@ impl<'a> Fuzzer<'a> {
             match kind {
                 0 if n < MAX_LEN => {
                     // Half the time at the end, where the state the entry built is deepest.
-                    let at = if self.rng.chance(1, 2) { n } else { self.rng.below(n as u64 + 1) as usize };
-                    s.insert(at, self.rng.next_u64());
+                    let at = if self.rng.chance(end, 4) { n } else { self.rng.below(n as u64 + 1) as usize };
+                    let op = if !self.dict.is_empty() && self.rng.chance(1, 2) {
+                        *self.rng.pick(&self.dict)
+                    } else {
+                        self.rng.next_u64()
+                    };
+                    s.insert(at, op);
                 }
                 1 if n > 1 => {
                     s.remove(self.rng.below(n as u64) as usize);
@@ -475,6 +570,8 @@ pub fn run(cfg: &Config, shm: &'static Shm) -> i32 {
         ops: 0,
         t0: Instant::now(),
         timeline: vec![],
+        dict: vec![],
+        fresh_at: vec![],
     };
     kmsg::mark(&format!("binder-fuzz: {} mode, seed {:#x}", cfg.mode.name(), cfg.seed));
     if cfg.mode == Mode::Replay {
@@ -630,7 +727,8 @@ mod tests {
                 trace.push(0x1000 + 0x10 * state);
             }
             let failures = if state >= DEPTH { vec!["warning: WARNING: at chain.rs:6 f".into()] } else { vec![] };
-            Exec { traces: vec![trace], failures }
+            let op_of = vec![(0..seq.len() as u32).collect()];
+            Exec { traces: vec![trace], op_of, failures }
         }
     }
 
@@ -650,6 +748,8 @@ mod tests {
             ops: 0,
             t0: Instant::now(),
             timeline: vec![],
+            dict: vec![],
+            fresh_at: vec![],
         }
     }
 
@@ -671,13 +771,13 @@ mod tests {
     #[test]
     fn new_edges_not_new_pcs_decide() {
         let mut f = fuzzer(Mode::Guided);
-        let e = |t: &[u64]| Exec { traces: vec![t.to_vec()], failures: vec![] };
-        assert_eq!(f.absorb(&e(&[0x1000, 0x1010, 0x1020])), 3);
-        assert_eq!(f.absorb(&e(&[0x1000, 0x1010, 0x1020])), 0, "nothing new the second time");
+        let e = |t: &[u64]| Exec { traces: vec![t.to_vec()], op_of: vec![vec![0; t.len()]], failures: vec![] };
+        assert_eq!(f.absorb(&e(&[0x1000, 0x1010, 0x1020]), 0).0, 3);
+        assert_eq!(f.absorb(&e(&[0x1000, 0x1010, 0x1020]), 0).0, 0, "nothing new the second time");
         // The same PCs in another order: new edges.
-        assert_eq!(f.absorb(&e(&[0x1000, 0x1020])), 1);
+        assert_eq!(f.absorb(&e(&[0x1000, 0x1020]), 0).0, 1);
         assert_eq!((f.pcs.len(), f.functions.len()), (3, 1));
-        assert!(f.absorb(&e(&[0x1800])) > 0);
+        assert!(f.absorb(&e(&[0x1800]), 0).0 > 0);
         assert_eq!(f.functions.len(), 2);
         assert_eq!(f.syms.function_of(0x17ff), Some(0));
         assert_eq!(f.syms.function_of(0xfff), None);
@@ -686,7 +786,7 @@ mod tests {
     #[test]
     fn mutations_stay_in_bounds_and_repeat_ops() {
         let mut f = fuzzer(Mode::Guided);
-        let entry = |seq: Vec<u64>| Entry { seq, new_edges: 1, found_at: 0, picks: 0 };
+        let entry = |seq: Vec<u64>| Entry { seq, new_edges: 1, found_at: 0, picks: 0, last_new: false };
         f.corpus = vec![entry(vec![1, 2, 3]), entry((10..10 + MAX_LEN as u64).collect())];
         let mut repeated = false;
         for _ in 0..2000 {
@@ -703,7 +803,7 @@ mod tests {
     #[test]
     fn energy_favours_productive_recent_short_entries_and_decays_with_picks() {
         let e = |len: usize, new_edges: usize, found_at: u64, picks: u64| {
-            Entry { seq: vec![0; len], new_edges, found_at, picks }.energy(1000)
+            Entry { seq: vec![0; len], new_edges, found_at, picks, last_new: false }.energy(1000)
         };
         let base = e(12, 4, 0, 0);
         assert!(e(12, 40, 0, 0) > base, "more new edges");
@@ -711,16 +811,74 @@ mod tests {
         assert!(e(4, 4, 0, 0) > base, "short");
         assert!(e(12, 4, 0, 64) < base, "picked often");
         assert!(e(40, 0, 0, 10_000) >= 1, "never zero");
+        let last = Entry { seq: vec![0; 12], new_edges: 4, found_at: 0, picks: 0, last_new: true }.energy(1000);
+        assert!(last > base, "its last op reached new edges");
         // The draw follows it: a fresh productive entry is mutated most.
         let mut f = fuzzer(Mode::Guided);
         f.execs = 1000;
         f.corpus = vec![
-            Entry { seq: vec![1; 12], new_edges: 1, found_at: 0, picks: 0 },
-            Entry { seq: vec![2; 12], new_edges: 30, found_at: 990, picks: 0 },
+            Entry { seq: vec![1; 12], new_edges: 1, found_at: 0, picks: 0, last_new: false },
+            Entry { seq: vec![2; 12], new_edges: 30, found_at: 990, picks: 0, last_new: false },
         ];
         // (Over 100 draws: by 1000 its picks have brought it down to the old entry's level.)
         let fresh = (0..100).filter(|_| f.pick_entry()[0] == 2).count();
         assert!(fresh > 70, "the fresh entry was drawn {fresh} times in 100");
+    }
+
+    #[test]
+    fn trace_pcs_go_to_the_op_that_ran_them() {
+        // Thread trace positions 0-1: setup; op 2 from position 2, op 5 from position 4.
+        let raw = [0x1000, 0x9000, 0x1010, 0x1020, 0x9010, 0x1030];
+        let (pcs, ops) = attribute(&raw, &[(2, 2), (4, 5)], |pc| pc < 0x2000);
+        assert_eq!(pcs, [0x1000, 0x1010, 0x1020, 0x1030]);
+        assert_eq!(ops, [NO_OP, 2, 2, 5]);
+        // An op that ran no PC (its start equals the next one's) leaves no trace.
+        let (_, ops) = attribute(&raw, &[(2, 1), (2, 2)], |_| true);
+        assert_eq!(ops, [NO_OP, NO_OP, 2, 2, 2, 2]);
+    }
+
+    #[test]
+    fn the_last_ops_new_edges_are_counted_and_favoured() {
+        let mut f = fuzzer(Mode::Guided);
+        let e = |t: &[u64], o: &[u32]| Exec { traces: vec![t.to_vec()], op_of: vec![o.to_vec()], failures: vec![] };
+        // Op 0 reaches 0x1000-0x1010, op 1 (the last) 0x1020: one new edge of three is op 1's.
+        assert_eq!(f.absorb(&e(&[0x1000, 0x1010, 0x1020], &[0, 0, 1]), 1), (3, 1));
+        // Op 1 again, on known ground; a new edge only in op 0 now.
+        assert_eq!(f.absorb(&e(&[0x1030, 0x1000, 0x1010, 0x1020], &[0, 0, 0, 1]), 1), (2, 0));
+        // The loop marks the entry, and its mutations append at the end more often.
+        let mut f = fuzzer(Mode::Guided);
+        for _ in 0..200 {
+            f.step();
+        }
+        assert!(f.corpus.iter().any(|x| x.last_new), "no entry of the chain model ended on new edges");
+        let appended = |last_new: bool| {
+            let mut f = fuzzer(Mode::Guided);
+            f.corpus = vec![Entry { seq: vec![1, 2, 3], new_edges: 1, found_at: 0, picks: 0, last_new }];
+            // One fresh op after the entry's last.
+            (0..8000)
+                .filter(|_| {
+                    let m = f.mutate();
+                    m.len() == 4 && m[..3] == [1, 2, 3] && m[3] > 3
+                })
+                .count()
+        };
+        let (boosted, plain) = (appended(true), appended(false));
+        assert!(boosted > plain + plain / 8, "appends: {boosted} with the last op new, {plain} without");
+    }
+
+    #[test]
+    fn ops_that_reached_new_edges_are_inserted_again() {
+        let mut f = fuzzer(Mode::Guided);
+        let e = |t: &[u64], o: &[u32]| Exec { traces: vec![t.to_vec()], op_of: vec![o.to_vec()], failures: vec![] };
+        // Op 1 (seed 22) reaches new edges, op 0 (seed 11) only known ones.
+        f.absorb(&e(&[0x1000], &[0]), 0);
+        let ex = e(&[0x1000, 0x1010], &[0, 1]);
+        f.absorb(&ex, 1);
+        f.learn_ops(&ex, &[11, 22]);
+        assert_eq!(f.dict, [22]);
+        f.corpus = vec![Entry { seq: vec![1, 2, 3], new_edges: 1, found_at: 0, picks: 0, last_new: false }];
+        let with_22 = (0..1000).filter(|_| f.mutate().contains(&22)).count();
+        assert!(with_22 > 20, "the dictionary's op was inserted {with_22} times in 1000 mutations");
     }
 
     #[test]

@@ -42,6 +42,11 @@ impl Kcov {
         Ok(Kcov { fd, area: p as *mut u64, words })
     }
 
+    /// The buffer's address, the same in a forked worker (for `count_at`).
+    pub fn addr(&self) -> usize {
+        self.area as usize
+    }
+
     /// Empties the buffer (before a worker enables it).
     pub fn reset(&self) {
         // SAFETY: word 0 of our mapping; no task traces into it now.
@@ -57,4 +62,11 @@ impl Kcov {
             (1..=n).map(|i| std::ptr::read_volatile(self.area.add(i))).collect()
         }
     }
+}
+
+/// How many PCs the buffer at `addr` (a `Kcov::addr` of this process or its parent) holds
+/// now: the tracing task reads its own count between ops.
+pub fn count_at(addr: usize) -> u64 {
+    // SAFETY: word 0 of a live kcov mapping (inherited across fork, never unmapped).
+    unsafe { std::ptr::read_volatile(addr as *const u64) }
 }

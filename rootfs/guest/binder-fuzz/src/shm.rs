@@ -119,7 +119,13 @@ pub struct Shm {
     pub slots: [Slot; MAX_SLOTS],
     pub op_counts: [AtomicU64; N_OPS],
     pub stats: [AtomicU64; N_STATS],
+    /// Sequences (`worker::run_sequence`): the KCOV count of op `i`'s thread when op `i`
+    /// started, so the parent can tell which op reached which edge (`u64::MAX`: not run).
+    pub op_marks: [AtomicU64; MAX_MARKS],
 }
+
+/// Ops of a sequence whose start is marked (at least guided.rs's longest sequence).
+pub const MAX_MARKS: usize = 64;
 
 impl Shm {
     /// Maps the shared counters (zero-initialized). They live until the process exits.

@@ -121,6 +121,44 @@ struct Shared {
     /// Freeze and death notifications requested in this process. Clears and dones in
     /// well-formed ops name one, as a real client would.
     notifs: Mutex<Vec<Notif>>,
+    /// Cookies of `BR_FROZEN_BINDER`s left unanswered (device, cookie): the driver waits for
+    /// their `BC_FREEZE_NOTIFICATION_DONE`, which a well-formed done op names first.
+    frozen: Mutex<Vec<(usize, u64)>>,
+}
+
+/// A sequence's thread answers a `BR_FROZEN_BINDER` with `BC_FREEZE_NOTIFICATION_DONE` at
+/// once this often (in 4), as libbinder does; otherwise it leaves the listener pending for a
+/// later done op. Both states matter: only an answered listener has a clear queue a message
+/// at once, only a pending one counts re-requests as pending duplicates.
+const FROZEN_DONE_QUARTERS: u64 = 2;
+/// A well-formed freeze clear of a sequence is followed, in the same write, by a request with
+/// the same handle and cookie this often (in 4): a client that re-registers right away (the
+/// driver allows exactly that duplicate, `FreezeListener::allow_duplicate`). Without a read
+/// between the two, the clear's message is still queued when the request counts a cleared
+/// duplicate; with a read after every write that state was out of reach.
+const REREQUEST_QUARTERS: u64 = 1;
+
+/// Of the `BR_FROZEN_BINDER`s in `returns`, the cookies to answer at once and those left
+/// pending (`FROZEN_DONE_QUARTERS`).
+fn frozen_answers(rng: &mut Rng, returns: &[u8]) -> (Vec<u64>, Vec<u64>) {
+    let (mut now, mut later) = (vec![], vec![]);
+    for r in ReturnReader::new(returns) {
+        let Ok(Return::FrozenBinder { cookie, .. }) = r else { continue };
+        if rng.chance(FROZEN_DONE_QUARTERS, 4) {
+            now.push(cookie);
+        } else {
+            later.push(cookie);
+        }
+    }
+    (now, later)
+}
+
+/// A freeze notification's clear, and (`rerequest`) the same request right after it.
+fn freeze_clear(w: &mut Vec<u8>, handle: u32, cookie: u64, rerequest: bool) {
+    Command::ClearFreezeNotification { handle, cookie }.encode(w);
+    if rerequest {
+        Command::RequestFreezeNotification { handle, cookie }.encode(w);
+    }
 }
 
 /// Weights of the command kinds in a well-formed op of a sequence (see `Thread::command`).
@@ -614,11 +652,21 @@ impl Thread {
                 }
                 1 => {
                     let (handle, cookie) = self.clear_target(dev, true);
-                    Command::ClearFreezeNotification { handle, cookie }
+                    let again = self.sane && self.sh.sequence && self.rng.chance(REREQUEST_QUARTERS, 4);
+                    if again {
+                        self.note_notif(dev, handle, cookie, true, true);
+                    }
+                    freeze_clear(w, handle, cookie, again);
+                    self.sh.shm.bump(stat::BC_COMMANDS);
+                    return;
                 }
-                _ => Command::FreezeNotificationDone(
-                    self.notif(dev, true, 3, None).map_or_else(|| self.cookie(), |n| n.1),
-                ),
+                _ => {
+                    let c = self
+                        .pending_frozen(dev)
+                        .or_else(|| self.notif(dev, true, 3, None).map(|n| n.1))
+                        .unwrap_or_else(|| self.cookie());
+                    Command::FreezeNotificationDone(c)
+                }
             },
             16 => {
                 if self.rng.chance(1, 2) {
@@ -654,6 +702,17 @@ impl Thread {
         };
         self.sh.shm.bump(stat::BC_COMMANDS);
         cmd.encode(w);
+    }
+
+    /// In a well-formed op of a sequence, mostly: the cookie of a `BR_FROZEN_BINDER` on `dev`
+    /// still waiting for its done (taken: the done answers it).
+    fn pending_frozen(&mut self, dev: usize) -> Option<u64> {
+        if !self.sh.sequence || !self.sane || !self.rng.chance(3, 4) {
+            return None;
+        }
+        let mut v = self.sh.frozen.lock().ok()?;
+        let i = v.iter().position(|f| f.0 == dev)?;
+        Some(v.remove(i).1)
     }
 
     /// Remembers a well-formed op's notification request (`active`) or clear (sequences only:
@@ -837,6 +896,9 @@ impl Thread {
 
     /// Takes note of what the driver returned.
     fn returns(&mut self, di: usize, buf: &[u8]) {
+        if self.sh.sequence {
+            self.answer_frozen(di, buf);
+        }
         for r in ReturnReader::new(buf) {
             let r = match r {
                 Ok(r) => r,
@@ -892,6 +954,29 @@ impl Thread {
             };
             self.sh.shm.bump(s);
         }
+    }
+
+    /// A sequence's `BR_FROZEN_BINDER`s: answered at once or remembered as pending.
+    fn answer_frozen(&mut self, di: usize, buf: &[u8]) {
+        let (now, later) = frozen_answers(&mut self.rng, buf);
+        if let Ok(mut v) = self.sh.frozen.lock() {
+            for c in later {
+                if v.len() >= MAX_NOTIFS {
+                    v.remove(0);
+                }
+                v.push((di, c));
+            }
+        }
+        if now.is_empty() {
+            return;
+        }
+        let mut b = Vec::new();
+        for c in now {
+            Command::FreezeNotificationDone(c).encode(&mut b);
+            self.sh.shm.bump(stat::BC_COMMANDS);
+        }
+        let Some(fd) = self.fdev(di).map(|d| d.fd) else { return };
+        self.write_cmds(di, fd, &b);
     }
 
     /// A received transaction or reply: learn its handles, close its fds, keep the buffer.
@@ -1447,6 +1532,7 @@ fn setup(cfg: &Config, shm: &'static Shm, rng: &mut Rng, sequence: bool) -> Resu
         all_binder_fds,
         sequence,
         notifs: Mutex::new(vec![]),
+        frozen: Mutex::new(vec![]),
     });
     Ok(Setup { sh, arena: arena as usize, try_mgr })
 }
@@ -1517,7 +1603,9 @@ pub fn run(cfg: Config, shm: &'static Shm) -> i32 {
 /// on thread `seq[i] % threads`, one op at a time in sequence order, so the same sequence
 /// makes the same calls. Thread `t` records its coverage into `kcov[t]` (KCOV_ENABLE is per
 /// task). Every thread then reads what the driver queued for it. Returns the exit code.
-pub fn run_sequence(cfg: Config, shm: &'static Shm, seq: &[u64], kcov: &[RawFd]) -> i32 {
+/// `areas`: the kcov buffers' addresses (`Kcov::addr`), whose counts mark each op's start
+/// in `shm.op_marks`.
+pub fn run_sequence(cfg: Config, shm: &'static Shm, seq: &[u64], kcov: &[RawFd], areas: &[usize]) -> i32 {
     let threads = cfg.threads.max(1);
     let enable = |t: usize| {
         if let Some(&fd) = kcov.get(t) {
@@ -1550,6 +1638,9 @@ pub fn run_sequence(cfg: Config, shm: &'static Shm, seq: &[u64], kcov: &[RawFd])
                 at = turn.1.wait(at).unwrap();
             }
             let Some(&op) = seq.get(*at) else { break };
+            if let (Some(m), Some(&a)) = (shm.op_marks.get(*at), areas.get(t)) {
+                m.store(crate::kcov::count_at(a), Ordering::Relaxed);
+            }
             drop(at);
             th.rng = Rng::new(op);
             th.step();
@@ -1569,4 +1660,107 @@ pub fn run_sequence(cfg: Config, shm: &'static Shm, seq: &[u64], kcov: &[RawFd])
         body(0);
     });
     0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frozen_notifications_are_answered_part_of_the_time() {
+        let mut buf = Vec::new();
+        for cookie in 0..200 {
+            Return::FrozenBinder { cookie, is_frozen: 0 }.encode(&mut buf);
+            Return::TransactionComplete.encode(&mut buf);
+        }
+        let (now, later) = frozen_answers(&mut Rng::new(3), &buf);
+        assert_eq!(now.len() + later.len(), 200, "every BR_FROZEN_BINDER decided once");
+        // FROZEN_DONE_QUARTERS = 2: about half each way, both states reached.
+        assert!((70..130).contains(&now.len()), "{} of 200 answered at once", now.len());
+        let mut all: Vec<u64> = now.iter().chain(&later).copied().collect();
+        all.sort();
+        assert_eq!(all, (0..200).collect::<Vec<_>>(), "the cookies are the notifications'");
+    }
+
+    #[test]
+    fn a_rerequest_follows_its_clear_in_the_same_write() {
+        let mut w = Vec::new();
+        freeze_clear(&mut w, 3, 0xdead_0001, true);
+        let (first, rest) = Command::decode(&w).unwrap();
+        let (second, rest) = Command::decode(rest).unwrap();
+        assert!(rest.is_empty());
+        assert!(matches!(first, Command::ClearFreezeNotification { handle: 3, cookie: 0xdead_0001 }));
+        assert!(matches!(second, Command::RequestFreezeNotification { handle: 3, cookie: 0xdead_0001 }));
+        let mut w = Vec::new();
+        freeze_clear(&mut w, 3, 1, false);
+        assert!(Command::decode(&w).unwrap().1.is_empty(), "a plain clear is one command");
+    }
+}
+
+/// Op seeds for the planted bug's path, found by replaying an op's first draws (the order
+/// of `Thread::step` on a thread with no pending call, as after `prelude`): not a fuzzer
+/// find, a check that the path is within the ops' reach and of `--replay` on both
+/// drivers (docs/src/results/guided-fuzzing.md).
+#[cfg(test)]
+mod planted_path {
+    use super::*;
+
+    /// What an op seed does on thread 0 if it is one well-formed freeze command on fd 0:
+    /// (sub-kind 0 request / 1 clear, the clear's re-request, the answer to a
+    /// BR_FROZEN_BINDER that its read brings), or None.
+    fn freeze_op(seed: u64, clear: bool) -> Option<(bool, bool)> {
+        let mut r = Rng::new(seed);
+        if r.weighted(&[50, 20, 18, 2, 1, 1, 1, 2, 2, 0]) != 0 || r.chance(1, 4000) {
+            return None;
+        }
+        if r.weighted(&[60, 25, 15]) != 0 || !r.chance(7, 10) || r.weighted(&[0, 50, 20, 10, 8, 5, 4, 3]).max(1) != 1 {
+            return None;
+        }
+        if r.weighted(&SEQ_SANE) != 15 || r.below(3) != clear as u64 {
+            return None;
+        }
+        let again = if clear {
+            // An active notification (chance 3/4), picked among one, the re-request's draw.
+            if !r.chance(3, 4) {
+                return None;
+            }
+            r.below(1);
+            r.chance(REREQUEST_QUARTERS, 4)
+        } else {
+            // request_pick: a cleared one (none yet) or the one handle held, a fresh cookie.
+            r.chance(2, 4);
+            r.below(1);
+            if r.chance(3, 4) {
+                r.below(8);
+            } else {
+                r.next_u64();
+            }
+            false
+        };
+        // write_read's read size (unused: a well-formed write reads after).
+        if r.weighted(&[15, 10, 50, 25]) != 0 {
+            r.next_u64();
+        }
+        Some((again, r.chance(FROZEN_DONE_QUARTERS, 4)))
+    }
+
+    #[test]
+    #[ignore = "prints seeds; see the module's comment"]
+    fn print_planted_path() {
+        let find =
+            |clear: bool, want: (bool, bool)| (0..).step_by(2).find(|&s| freeze_op(s, clear) == Some(want)).unwrap();
+        // A request answered at once; a clear and its re-request in one write, whose
+        // BR_FROZEN_BINDER is answered at once; a clear: the warning.
+        let seq = [find(false, (false, true)), find(true, (true, true)), find(true, (false, false))];
+        let hex: Vec<String> = seq.iter().map(|s| format!("{s:#x}")).collect();
+        println!("{}", hex.join(","));
+        let n = 1u64 << 20;
+        let count = |clear, want| (0..n).filter(|&s| freeze_op(s, clear) == Some(want)).count() as f64 / n as f64;
+        println!(
+            "per op: request answered {:.5}, clear+re-request {:.5}, clear {:.5}",
+            count(false, (false, true)),
+            count(true, (true, true)) + count(true, (true, false)),
+            count(true, (false, false)) + count(true, (false, true))
+        );
+    }
 }
