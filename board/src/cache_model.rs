@@ -46,22 +46,22 @@ fn cycles(cx: &Ctx<'_>, name: &str, f: &CyclesFile, dram_ns: f64, cluster: &Clus
             "use load-to-use cycles in 1..=1000",
         ));
     }
-    if !(f.l1d <= f.l2 && f.l2 <= f.l3) {
-        return Err(bad(
-            cx,
-            &format!("cycles.{name}"),
+    // A farther level cannot be faster, and a transfer from another core follows a miss in
+    // this core's own L2 (the clock-following split of the costs relies on it).
+    let order = [
+        (
+            f.l1d <= f.l2 && f.l2 <= f.l3,
             format!("l1d {} / l2 {} / l3 {} do not grow", f.l1d, f.l2, f.l3),
             "a farther level cannot be faster: l1d <= l2 <= l3",
-        ));
-    }
-    // A transfer from another core follows a miss in this core's own L2.
-    if !(f.l2 <= f.same_cluster && f.l2 <= f.cross_cluster) {
-        return Err(bad(
-            cx,
-            &format!("cycles.{name}"),
+        ),
+        (
+            f.l2 <= f.same_cluster && f.l2 <= f.cross_cluster,
             format!("same_cluster {} / cross_cluster {} are below l2 {}", f.same_cluster, f.cross_cluster, f.l2),
             "another core's line comes after an own-L2 miss: same_cluster and cross_cluster >= l2",
-        ));
+        ),
+    ];
+    if let Some((_, problem, fix)) = order.into_iter().find(|(ok, ..)| !ok) {
+        return Err(bad(cx, &format!("cycles.{name}"), problem, fix));
     }
     let dram = dram_ns * f64::from(cluster.max_khz) / 1e6;
     Ok(Cycles { l1d: f.l1d, l2: f.l2, l3: f.l3, same_cluster: f.same_cluster, cross_cluster: f.cross_cluster, dram })
