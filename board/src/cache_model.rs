@@ -7,6 +7,11 @@
 //! derived `ps_per_insn` that is `1 / (max_mhz x ipc_1024)`, the real clock period when
 //! `ipc_1024 = 1`, and an override of `ps_per_insn` scales the cache costs with it, so they
 //! stay in proportion to instruction time. DRAM's ns become cycles at `max_mhz`.
+//!
+//! Those costs are at the cluster's top clock. The core's own part of each (`core_ps`: an L2
+//! hit, and the L2 look-up before anything farther) is in the core's cycles, so under
+//! `--dvfs` the plugin converts it at the vCPU's current clock (qemu/0016); the DSU's L3, its
+//! snoops and DRAM run on their own clocks and cost the same time at every core OPP.
 
 use lab_cache_model::{Config, Costs, CpuConfig, Cycles, Geometry, L2Policy};
 
@@ -41,13 +46,22 @@ fn cycles(cx: &Ctx<'_>, name: &str, f: &CyclesFile, dram_ns: f64, cluster: &Clus
             "use load-to-use cycles in 1..=1000",
         ));
     }
-    if !(f.l1d <= f.l2 && f.l2 <= f.l3) {
-        return Err(bad(
-            cx,
-            &format!("cycles.{name}"),
+    // A farther level cannot be faster, and a transfer from another core follows a miss in
+    // this core's own L2 (the clock-following split of the costs relies on it).
+    let order = [
+        (
+            f.l1d <= f.l2 && f.l2 <= f.l3,
             format!("l1d {} / l2 {} / l3 {} do not grow", f.l1d, f.l2, f.l3),
             "a farther level cannot be faster: l1d <= l2 <= l3",
-        ));
+        ),
+        (
+            f.l2 <= f.same_cluster && f.l2 <= f.cross_cluster,
+            format!("same_cluster {} / cross_cluster {} are below l2 {}", f.same_cluster, f.cross_cluster, f.l2),
+            "another core's line comes after an own-L2 miss: same_cluster and cross_cluster >= l2",
+        ),
+    ];
+    if let Some((_, problem, fix)) = order.into_iter().find(|(ok, ..)| !ok) {
+        return Err(bad(cx, &format!("cycles.{name}"), problem, fix));
     }
     let dram = dram_ns * f64::from(cluster.max_khz) / 1e6;
     Ok(Cycles { l1d: f.l1d, l2: f.l2, l3: f.l3, same_cluster: f.same_cluster, cross_cluster: f.cross_cluster, dram })
@@ -112,7 +126,10 @@ pub(crate) fn validate(
         for &cpu in &c.cpus {
             let ps_per_cycle = timing.cpu_ps_per_insn[cpu as usize] as f64 * f64::from(c.capacity_dmips_mhz) / 1024.0;
             let cost_ps = Costs::from_cycles(&lat, ps_per_cycle);
-            cpus[cpu as usize] = Some(CpuConfig { cluster: i as u32, l1d, l2, l2_policy, cost_ps });
+            // Under --dvfs the plugin converts the core's own cycles at the current clock.
+            let core_ps = Costs::core_part(&lat, ps_per_cycle);
+            let top_khz = u64::from(c.max_khz);
+            cpus[cpu as usize] = Some(CpuConfig { cluster: i as u32, l1d, l2, l2_policy, cost_ps, core_ps, top_khz });
         }
     }
     let cfg = Config { line_bytes: line_bytes.unwrap_or(64), l3, cpus: cpus.into_iter().flatten().collect() };
@@ -157,6 +174,13 @@ mod tests {
         }
         // A gold cycle is 413 ps: its L2 costs 9 - 4 cycles.
         assert_eq!(gold.cost_ps.l2, 5 * 413);
+        // The core's own part: all of an L2 hit, the L2 look-up of anything farther; at the
+        // cluster's top clock.
+        for c in [silver, gold, prime] {
+            let l2 = c.cost_ps.l2;
+            assert_eq!(c.core_ps, lab_cache_model::Costs { l2, l3: l2, same_cluster: l2, cross_cluster: l2, dram: l2 });
+        }
+        assert_eq!((silver.top_khz, gold.top_khz, prime.top_khz), (1_785_600, 2_419_200, 2_841_600));
     }
 
     #[test]
@@ -181,6 +205,11 @@ mod tests {
         ))
         .unwrap_err();
         assert!(e.to_string().contains("cache_model.cycles.prime: l1d 4 / l2 3"), "{e}");
+        let e = sa8155p_with(&format!(
+            "{ok}{c}prime = {{ l1d = 4, l2 = 9, l3 = 31, same_cluster = 8, cross_cluster = 40 }}\n"
+        ))
+        .unwrap_err();
+        assert!(e.to_string().contains("cache_model.cycles.prime: same_cluster 8"), "{e}");
         let e = sa8155p_with(&format!(
             "{ok}{c}big = {{ l1d = 4, l2 = 9, l3 = 31, same_cluster = 31, cross_cluster = 40 }}\n"
         ))

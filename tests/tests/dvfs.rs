@@ -114,3 +114,42 @@ fn hicount_idle_wakeups_pay_the_exit_latency() {
         assert!(read(&with) == read(&again), "{f} differs: {} vs {}", with.dir.display(), again.dir.display());
     }
 }
+
+/// Picoseconds of a silver L3 hit that are the DSU's, not the core's: the part of the
+/// cache cost that does not follow the core clock (`board/src/cache_model.rs`).
+fn silver_dsu_l3_ps() -> f64 {
+    let b = board::Board::load(std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../board/sa8155p.toml")))
+        .unwrap();
+    let cpu0 = &b.cache_model().expect("sa8155p has [cache_model]").cpus[0];
+    (cpu0.cost_ps.l3 - cpu0.core_ps.l3) as f64
+}
+
+/// `--dvfs --cache`: the cache plugin converts the core's own cycles at the vCPU's current
+/// clock (qemu/0016), the DSU's part of a load that leaves the core at its own. A walk over a
+/// buffer that fits the silver L2 but not the L1D (all L2 hits) takes time x f the same at
+/// 300 and 1785.6 MHz (within 1%); one over a buffer that fits only the L3 spends, per load, a
+/// part that does not scale with 1/f: the DSU's ps of an L3 hit (within 5%).
+#[test]
+fn hicount_cache_costs_follow_the_clock() {
+    let opts = RunOpts { plan: "dvfs-cache".into(), cache: true, ..dvfs(Tcg::Hicount) };
+    let o = run_and_report(&opts).unwrap();
+    assert_ok(&o);
+    let counters = std::fs::read_to_string(o.dir.join(lab::harness::prepare::CACHE_COUNTERS)).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&counters).unwrap();
+    let (l2, l3) = (v["cpus"][0]["charged_l2"].as_u64().unwrap(), v["cpus"][0]["charged_l3"].as_u64().unwrap());
+    assert!(l2 >= 2_000_000 && l3 >= 2_000_000, "cpu0 had {l2} L2 and {l3} L3 hits, want 2 M each: {counters}");
+    // (time, loads) of a walk at `khz`.
+    let walk = |level: &str, khz: u32| {
+        let step = format!("{level}-{khz}");
+        (loop_ns(&o, &step), loop_value(&o, &step, "iters"))
+    };
+    let (lo, hi) = (300_000.0, 1_785_600.0);
+    let ((l2_lo, _), (l2_hi, _)) = (walk("l2", 300_000), walk("l2", 1_785_600));
+    let r = l2_lo * lo / (l2_hi * hi);
+    assert!((r - 1.0).abs() < 0.01, "the L2 walk's time x f at 300 MHz is {r:.4} x the top OPP's");
+    // time(f) = core cycles / f + loads x DSU ps: two clocks give the DSU's part.
+    let ((l3_lo, loads), (l3_hi, _)) = (walk("l3", 300_000), walk("l3", 1_785_600));
+    let dsu_ps = (l3_hi * hi - l3_lo * lo) / (hi - lo) / loads * 1000.0;
+    let want = silver_dsu_l3_ps();
+    assert!((dsu_ps / want - 1.0).abs() < 0.05, "the L3 walk's fixed part is {dsu_ps:.0} ps per load, want {want} ps");
+}

@@ -17,6 +17,8 @@ fn config() -> Config {
         l2: Geometry { size_kib: if big { 256 } else { 128 }, ways: if big { 8 } else { 4 } },
         l2_policy: if big { L2Policy::Inclusive } else { L2Policy::Exclusive },
         cost_ps: cost,
+        core_ps: Costs::default(),
+        top_khz: 0,
     };
     let cpus = (0..8).map(|i| if i < 4 { cpu(0, false) } else { cpu(if i < 7 { 1 } else { 2 }, true) }).collect();
     Config { line_bytes: 64, l3: Geometry { size_kib: 2048, ways: 16 }, cpus }

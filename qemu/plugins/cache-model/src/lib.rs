@@ -17,7 +17,9 @@
 //!   the L3, a core that holds it clean (a snoop), or DRAM; transfers and snoops cost the same-
 //!   or cross-cluster latency of the core that supplies the line.
 //! - Loads are charged their latency above an L1D hit (which the instruction's own time
-//!   includes). Stores are counted and change the lines' states, but are not charged: they
+//!   includes), at the core's top clock, or at the clock [`Model::set_khz`] gives: then the
+//!   core's own cycles of it ([`CpuConfig::core_ps`]) follow that clock, the DSU's and DRAM's
+//!   time does not. Stores are counted and change the lines' states, but are not charged: they
 //!   retire into the store buffer, and what sharing costs shows up as the next reader's
 //!   transfer. [`Counters`] keeps both: the access counters count loads and stores, as a PMU
 //!   does, and the `charged_*` counters count the loads charged at each place.
@@ -71,6 +73,35 @@ impl Costs {
             dram: ps(c.dram),
         }
     }
+
+    /// The part of [`Costs::from_cycles`] that is the core's own cycles: all of an L2 hit, and
+    /// of a load that leaves the core the L2 look-up it missed first (`l2 - l1d` cycles). The
+    /// rest (the DSU's L3, its snoops, DRAM) runs on clocks of its own.
+    pub fn core_part(c: &Cycles, ps_per_cycle: f64) -> Costs {
+        let l2 = Costs::from_cycles(c, ps_per_cycle).l2;
+        Costs { l2, l3: l2, same_cluster: l2, cross_cluster: l2, dram: l2 }
+    }
+
+    fn fields(&self) -> [u64; 5] {
+        [self.l2, self.l3, self.same_cluster, self.cross_cluster, self.dram]
+    }
+
+    /// These costs (at `top_khz`) at the core clock `khz`: the `core` part scales by
+    /// `top_khz / khz`, rounded to whole picoseconds; the rest stays. Integer arithmetic, so
+    /// every host computes the same charges.
+    pub fn at_khz(&self, core: &Costs, top_khz: u64, khz: u64) -> Costs {
+        let at = |cost: u64, core: u64| {
+            let core = core.min(cost);
+            cost - core + (core * top_khz + khz / 2) / khz
+        };
+        Costs {
+            l2: at(self.l2, core.l2),
+            l3: at(self.l3, core.l3),
+            same_cluster: at(self.same_cluster, core.same_cluster),
+            cross_cluster: at(self.cross_cluster, core.cross_cluster),
+            dram: at(self.dram, core.dram),
+        }
+    }
 }
 
 /// How a core's L2 relates to its L1D.
@@ -95,7 +126,15 @@ pub struct CpuConfig {
     pub l2: Geometry,
     #[serde(default)]
     pub l2_policy: L2Policy,
+    /// What each place costs at the core's top clock.
     pub cost_ps: Costs,
+    /// The part of `cost_ps` that is the core's own cycles ([`Costs::core_part`]): at a core
+    /// clock below `top_khz` it takes longer, the rest does not ([`Model::set_khz`]).
+    #[serde(default)]
+    pub core_ps: Costs,
+    /// The clock `cost_ps` is at, in kHz; 0: the costs do not follow a clock.
+    #[serde(default)]
+    pub top_khz: u64,
 }
 
 /// The whole model, as the harness writes it from the board (`[cache_model]`).
@@ -120,6 +159,11 @@ impl Config {
         for (i, c) in self.cpus.iter().enumerate() {
             all.push((format!("cpus[{i}].l1d"), c.l1d));
             all.push((format!("cpus[{i}].l2"), c.l2));
+        }
+        for (i, c) in self.cpus.iter().enumerate() {
+            if c.core_ps.fields().iter().zip(c.cost_ps.fields()).any(|(core, cost)| *core > cost) {
+                return Err(format!("cpus[{i}]: core_ps {:?} exceeds cost_ps {:?}", c.core_ps, c.cost_ps));
+            }
         }
         for (name, g) in all {
             let lines = u64::from(g.size_kib) * 1024 / u64::from(self.line_bytes);
@@ -294,6 +338,9 @@ struct Core {
     l1d: Cache,
     l2: Cache,
     counters: Counters,
+    /// The core clock its costs are at ([`Model::set_khz`]; 0: `cost_ps` as configured).
+    khz: u64,
+    costs: Costs,
 }
 
 pub struct Model {
@@ -315,6 +362,8 @@ impl Model {
                 l1d: Cache::new(c.l1d, cfg.line_bytes),
                 l2: Cache::new(c.l2, cfg.line_bytes),
                 counters: Counters::default(),
+                khz: 0,
+                costs: c.cost_ps,
             })
             .collect();
         let l3 = Cache::new(cfg.l3, cfg.line_bytes);
@@ -327,6 +376,21 @@ impl Model {
 
     pub fn counters(&self, cpu: usize) -> Counters {
         self.cores[cpu].counters
+    }
+
+    /// `cpu` runs at `khz` from now on: the core's part of each cost follows that clock. 0
+    /// (the emulator knows no clock), or a CPU whose costs follow none (`top_khz` 0), keeps
+    /// `cost_ps` as configured. Cheap when the clock is unchanged, so it can precede every
+    /// access.
+    pub fn set_khz(&mut self, cpu: usize, khz: u64) {
+        let cpu = cpu.min(self.cores.len() - 1);
+        let core = &mut self.cores[cpu];
+        if core.khz == khz {
+            return;
+        }
+        let c = &self.cfg.cpus[cpu];
+        core.khz = khz;
+        core.costs = if khz == 0 || c.top_khz == 0 { c.cost_ps } else { c.cost_ps.at_khz(&c.core_ps, c.top_khz, khz) };
     }
 
     /// One data access of `cpu` at physical address `paddr`; returns where it was served and
@@ -354,7 +418,7 @@ impl Model {
     }
 
     fn cost(&self, cpu: usize, served: Served) -> u64 {
-        let k = &self.cfg.cpus[cpu].cost_ps;
+        let k = &self.cores[cpu].costs;
         match served {
             Served::L1d => 0,
             Served::L2 => k.l2,

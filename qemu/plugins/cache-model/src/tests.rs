@@ -14,6 +14,8 @@ fn model_with(l2_policy: L2Policy) -> Model {
         l2: Geometry { size_kib: 4, ways: 2 },
         l2_policy,
         cost_ps: cost,
+        core_ps: Costs { l2: 10, l3: 6, same_cluster: 6, cross_cluster: 6, dram: 6 },
+        top_khz: 2_000_000,
     };
     Model::new(Config { line_bytes: 64, l3: Geometry { size_kib: 16, ways: 4 }, cpus: vec![cpu(0), cpu(0), cpu(1)] })
         .unwrap()
@@ -102,6 +104,51 @@ fn costs_are_cycles_above_an_l1d_hit() {
 }
 
 #[test]
+fn the_core_part_follows_the_clock_the_rest_does_not() {
+    let mut m = model();
+    // No clock known (0) and the top clock: the configured costs.
+    m.set_khz(0, 0);
+    assert_eq!(m.access(0, 0x1000, false), (Served::Dram, 100));
+    m.set_khz(0, 2_000_000);
+    assert_eq!(m.access(0, 0x1040, false), (Served::Dram, 100));
+    // A quarter of the clock: the L2's 10 ps take 40; DRAM's 6 core ps 24, its 94 stay.
+    m.set_khz(0, 500_000);
+    assert_eq!(m.access(0, 0x1080, false), (Served::Dram, 94 + 24));
+    assert_eq!(m.access(1, 0x1080, false), (Served::L3, 30), "cpu1 keeps its own clock");
+    assert_eq!(m.counters(0).charged_ps, 100 + 100 + 118);
+    // An L2 hit: evict 0x1000 from the L1D (2 ways of its set; the two lines are in other L2
+    // sets), then load it again.
+    m.access(0, 0x1000 + 512, false);
+    m.access(0, 0x1000 + 1024, false);
+    assert_eq!(m.access(0, 0x1000, false), (Served::L2, 40));
+    // Back to no clock: as configured.
+    m.set_khz(0, 0);
+    m.access(0, 0x1000 + 512, false);
+    m.access(0, 0x1000 + 1024, false);
+    assert_eq!(m.access(0, 0x1000, false), (Served::L2, 10));
+}
+
+#[test]
+fn costs_at_a_clock_round_the_core_part_only() {
+    let cost = Costs { l2: 3360, l3: 11200, same_cluster: 11200, cross_cluster: 31360, dram: 122320 };
+    let core = Costs { l2: 3360, l3: 3360, same_cluster: 3360, cross_cluster: 3360, dram: 3360 };
+    assert_eq!(cost.at_khz(&core, 1_785_600, 1_785_600), cost);
+    // 300 MHz: 3360 x 5.952 = 19998.7 -> 19999 ps; the DSU's 7840 ps of the L3 hit stay.
+    let low = cost.at_khz(&core, 1_785_600, 300_000);
+    assert_eq!((low.l2, low.l3, low.dram), (19999, 7840 + 19999, 118960 + 19999));
+    // A core part larger than the cost is capped at the cost (Config::check refuses it).
+    assert_eq!(Costs { l2: 5, ..cost }.at_khz(&core, 2, 1).l2, 10);
+}
+
+#[test]
+fn a_core_part_above_the_cost_is_refused() {
+    let mut cfg = model().cfg;
+    cfg.cpus[1].core_ps.l3 = 31;
+    let e = Model::new(cfg).err().unwrap();
+    assert!(e.contains("cpus[1]: core_ps"), "{e}");
+}
+
+#[test]
 fn bad_geometry_names_the_cache() {
     let mut cfg = Config {
         line_bytes: 64,
@@ -112,6 +159,8 @@ fn bad_geometry_names_the_cache() {
             l2: Geometry { size_kib: 4, ways: 2 },
             l2_policy: L2Policy::Inclusive,
             cost_ps: Costs::default(),
+            core_ps: Costs::default(),
+            top_khz: 0,
         }],
     };
     let e = Model::new(cfg.clone()).err().unwrap();

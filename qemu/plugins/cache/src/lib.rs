@@ -1,7 +1,9 @@
 //! `liblab_plugin_cache.so`: every guest data access of every vCPU goes through the cache
 //! model (`lab-cache-model`) on its physical address, and each load's latency above an L1D
 //! hit is charged to that vCPU's local time with `qemu_plugin_vcpu_charge_ns()` (qemu/0004,
-//! heterogeneous icount only). Counters per CPU are written as JSON at exit.
+//! heterogeneous icount only). Counters per CPU are written as JSON at exit. Once a frequency
+//! domain sets the vCPU's core clock (`--dvfs`), the core's own cycles of each cost follow it
+//! (`qemu_plugin_vcpu_khz()`, qemu/0016); before that the costs are the top clock's.
 //!
 //! Arguments: `config=PATH` (the model as JSON, written by the harness from the board's
 //! `[cache_model]`), `out=PATH`, and `charge=off` to count without charging.
@@ -19,6 +21,9 @@ extern "C" {
     /// qemu/0004: adds `ns` to the vCPU's local time; false (and nothing) without
     /// heterogeneous icount.
     fn qemu_plugin_vcpu_charge_ns(vcpu_index: u32, ns: u64) -> bool;
+    /// qemu/0016: the vCPU's current core clock in kHz; 0 until a frequency domain (`--dvfs`)
+    /// sets one.
+    fn qemu_plugin_vcpu_khz(vcpu_index: u32) -> u64;
 }
 
 struct State {
@@ -42,6 +47,8 @@ fn on_access(vcpu: VCPUIndex, info: MemoryInfo, vaddr: u64) {
     let mut guard = STATE.lock().unwrap();
     let Some(s) = guard.as_mut() else { return };
     let cpu = (vcpu as usize).min(s.model.cpus() - 1);
+    // SAFETY: a plain C call of QEMU's plugin API from a vCPU callback.
+    s.model.set_khz(cpu, unsafe { qemu_plugin_vcpu_khz(vcpu) });
     let (_, ps) = s.model.access(cpu, hw.hwaddr(), info.is_store());
     if ps == 0 || !s.charge {
         return;
