@@ -16,7 +16,7 @@ use crate::harness::qemu::VmSpec;
 use crate::support::artifact::{self, Kind, Reuse, MANIFEST};
 use crate::support::fs::{publish_dir, sha256_file, sha256_hex, write_atomic};
 use anyhow::{Context, Result};
-use labproto::Event;
+use labproto::{Event, Plan};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -33,15 +33,16 @@ const NOT_KEPT: [&str; 1] = ["initramfs.cpio"];
 /// Stored boots kept by `lab cache gc` (the most recently used).
 pub const KEEP: usize = 200;
 
-/// Why a run with `opts` must boot even when asked to reuse, if it must.
-pub fn ineligible(opts: &RunOpts) -> Option<&'static str> {
+/// Why a run of `plan` with `opts` must boot even when asked to reuse, if it must.
+pub fn ineligible(opts: &RunOpts, plan: &Plan) -> Option<&'static str> {
     if !opts.tcg.deterministic() {
         return Some("its TCG mode measures in host time, so no two boots are the same");
     }
     if opts.gdb || opts.gdbserver || opts.dump.is_some() || opts.echo || opts.stream {
         return Some("it is watched live (gdb, a dump, the console)");
     }
-    if opts.trace.is_some() || !opts.plugins.is_empty() || !opts.qemu_trace.is_empty() {
+    // The plan's `[trace]`: its own, or `--trace` copied into it.
+    if plan.trace.is_some() || opts.trace.is_some() || !opts.plugins.is_empty() || !opts.qemu_trace.is_empty() {
         return Some("its traces and plugins' outputs are not kept");
     }
     if opts.lava.is_some() {
@@ -338,13 +339,18 @@ mod tests {
 
     #[test]
     fn only_deterministic_unwatched_runs_reuse() {
-        assert_eq!(ineligible(&icount()), None);
-        assert_eq!(ineligible(&RunOpts { tcg: Tcg::Hicount, cache: true, ..icount() }), None);
+        assert_eq!(ineligible(&icount(), &Plan::default()), None);
+        assert_eq!(ineligible(&RunOpts { tcg: Tcg::Hicount, cache: true, ..icount() }, &Plan::default()), None);
         for tcg in [Tcg::Single, Tcg::Multi] {
-            assert!(ineligible(&RunOpts { tcg, ..icount() }).unwrap().contains("host time"), "{tcg:?}");
+            assert!(
+                ineligible(&RunOpts { tcg, ..icount() }, &Plan::default()).unwrap().contains("host time"),
+                "{tcg:?}"
+            );
         }
-        assert!(ineligible(&RunOpts { gdb: true, ..icount() }).is_some());
-        assert!(ineligible(&RunOpts { plugins: vec!["x.so".into()], ..icount() }).is_some());
+        assert!(ineligible(&RunOpts { gdb: true, ..icount() }, &Plan::default()).is_some());
+        assert!(ineligible(&RunOpts { plugins: vec!["x.so".into()], ..icount() }, &Plan::default()).is_some());
+        let traced = Plan { trace: Some(labproto::TraceSpec::parse("sched:sched_switch").unwrap()), ..Plan::default() };
+        assert!(ineligible(&icount(), &traced).is_some(), "a plan's own [trace]");
     }
 
     #[test]

@@ -218,9 +218,7 @@ pub fn run_plan(plan: &Plan, opts: &RunOpts) -> Result<Outcome> {
 
     let t0 = Instant::now();
     // A deterministic boot that ran clean before with the same inputs gives the same results.
-    // A plan's own `[trace]` is a trace too (its files are not kept).
-    let ineligible = if traced { Some("its traces are not kept") } else { boot_cache::ineligible(opts) };
-    let reuse = match (opts.reuse_boots, ineligible) {
+    let reuse = match (opts.reuse_boots, boot_cache::ineligible(opts, plan)) {
         // The cache only saves time: a boot whose inputs cannot be read for a key boots.
         (true, None) => boot_cache::inputs(&spec, &dir)
             .inspect_err(|e| progress::note(format!("booting {}: no key for its results: {e:#}", plan.name)))
