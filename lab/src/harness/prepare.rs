@@ -46,12 +46,26 @@ pub fn prepare(opts: &RunOpts, plan: Plan, dir: &Path) -> Result<Prepared> {
     check_dvfs(opts, &board)?;
     check_idle(opts, &board)?;
     let cache_plugin = cache_plugin(opts, &board, dir)?;
-    // LAB_KERNEL boots a kernel built elsewhere, e.g. from a private tree while the shared
-    // one is busy; the manifest records its Image's hash as the key.
-    let kernel = match std::env::var_os("LAB_KERNEL") {
-        Some(dir) => kernel::Built::external(&opts.flavor, Path::new(&dir))?,
-        None => kernel::build_with(&opts.flavor, &opts.kconfig)?,
+    // The guest programs build beside the kernel: on a new machine the kernel takes minutes
+    // and its make leaves the cores idle at times (configuration, the Rust crates' serial
+    // steps, the link), which the guest's cargo fills.
+    let (kernel, bins) = std::thread::scope(|s| {
+        let guest = s.spawn(|| rootfs::build_guest(&rootfs::GuestBuildOpts { quiet: true, ..Default::default() }));
+        // LAB_KERNEL boots a kernel built elsewhere, e.g. from a private tree while the shared
+        // one is busy; the manifest records its Image's hash as the key.
+        let kernel = match std::env::var_os("LAB_KERNEL") {
+            Some(dir) => kernel::Built::external(&opts.flavor, Path::new(&dir)),
+            None => kernel::build_with(&opts.flavor, &opts.kconfig),
+        };
+        let bins = guest.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+        (kernel, bins)
+    });
+    // Both errors matter; the kernel's is usually the one to fix first.
+    let kernel = match (kernel, &bins) {
+        (Err(k), Err(g)) => return Err(k.context(format!("the guest build failed as well: {g:#}"))),
+        (k, _) => k?,
     };
+    let bins = bins?;
     let (qemu_bin, qemu_key) = opts.qemu_binary()?;
     let base = std::fs::read(dtb::qemu_dtb(&cache, &board, &qemu_bin)?)?;
     let dtb = dir.join("board.dtb");
@@ -60,7 +74,6 @@ pub fn prepare(opts: &RunOpts, plan: Plan, dir: &Path) -> Result<Prepared> {
         board::generate_dtb_with(&board, &base, board::DtbFeatures { dvfs: opts.dvfs, idle: opts.idle })?,
     )?;
 
-    let bins = rootfs::build_guest(&rootfs::GuestBuildOpts { quiet: true, ..Default::default() })?;
     let mut spec = rootfs::InitramfsSpec::new(&bins, serde_json::to_string_pretty(&plan)?);
     spec.busybox = Some(downloads::busybox(&cache)?);
     if crate::harness::selftest::wanted(&plan) {
