@@ -8,14 +8,17 @@ use lab::report::summary::summary;
 use lab::report::{run_and_report, run_plan_and_report};
 use labproto::Step;
 
-fn ctabs_run(flavor: &str) -> Outcome {
+/// The `ctabs` plan on `flavor` without the steps named in `skip`.
+fn ctabs_run(flavor: &str, skip: &[&str]) -> Outcome {
     // Mainline's scheduler policy: these checks are about the driver's picks. Under the
     // phone's (sa8155p's default) SYNC_EAS also puts mode 0's server on the caller's CPU,
     // which narrowed mode 3's margin over mode 0 to about 10 points and failed it once in CI.
     // `--tcg icount`: where an unpinned server runs depends on how the vCPUs interleave, which
     // under `single` follows the host's load (mode 0 served 3-31% of calls on the caller's
-    // CPU between runs, mode 3 39-91%: CI failed at 27.3% against 38.8%). Under icount the
-    // interleaving is a function of the kernel and the plan, so the shares repeat bit for bit.
+    // CPU between runs, mode 3 39-91%: CI failed at 27.3% against 38.8%). Under icount it
+    // follows the kernel, the plan and the guest binaries: on perf 7.7% and 90.7% in two runs
+    // of one checkout, 10.6% and 95.2% in CI's clone, whose guest binaries then held its own
+    // path (rootfs/src/guest.rs now remaps it).
     let o = RunOpts {
         plan: "ctabs".into(),
         flavor: flavor.into(),
@@ -23,7 +26,9 @@ fn ctabs_run(flavor: &str) -> Outcome {
         tcg: Tcg::Icount,
         ..Default::default()
     };
-    let out = run_and_report(&o).unwrap();
+    let mut plan = load_plan("ctabs").unwrap();
+    plan.steps.retain(|s| !skip.contains(&s.name.as_str()));
+    let out = run_plan_and_report(&plan, &o).unwrap();
     assert!(out.ok(), "ctabs plan failed on {flavor}:\n{}", summary(&out));
     out
 }
@@ -34,7 +39,7 @@ fn share(o: &Outcome, mode: u32) -> f64 {
 
 #[test]
 fn scoring_keeps_picks_local() {
-    let o = ctabs_run("perf");
+    let o = ctabs_run("perf", &[]);
     // ctabs-check reads the mode back from debugfs: each share was measured in its mode.
     for mode in 0..=3u32 {
         let read = o.data(&format!("affinity_mode{mode}")).and_then(|d| d["mode_read"].as_u64());
@@ -72,7 +77,10 @@ fn scoring_keeps_picks_local() {
 
 #[test]
 fn mode_switches_under_load_are_clean_on_the_debug_kernel() {
-    let o = ctabs_run("debug");
+    // Where unpinned servers run (`placement`) is judged on perf above; the debug kernel's
+    // KASAN and lockdep change the timing it measures (mode 3 at 34-40% against perf's 91%).
+    let o = ctabs_run("debug", &["placement"]);
+    assert!(o.data("placement").is_none(), "the placement step was skipped");
     assert!(o.splats.is_empty(), "{:?}", o.splats);
     assert!(o.data("toggle_under_load").unwrap()["calls"].as_u64().unwrap() > 0);
 }
