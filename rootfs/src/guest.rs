@@ -140,6 +140,29 @@ pub fn check_prerequisites(opts: &GuestBuildOpts) -> Result<()> {
     Ok(())
 }
 
+/// [`GUEST_RUSTFLAGS`] and the remaps that keep this machine's paths out of the binaries:
+/// panic locations name their source file, and the guest's path dependencies (the
+/// workspace's members, `rootfs/proto`), the registry's crates and std (`-Zbuild-std`) are
+/// named by absolute path. Without the remaps two checkouts at different paths built
+/// different binaries, and under `--tcg icount` a different binary runs a different
+/// instruction stream.
+pub fn guest_rustflags(opts: &GuestBuildOpts) -> Vec<String> {
+    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| "/root".into());
+    let env_or = |k: &str, d: PathBuf| std::env::var_os(k).map(PathBuf::from).unwrap_or(d);
+    let src = opts.guest_dir.parent().unwrap_or(&opts.guest_dir);
+    let remaps = [
+        (src.to_path_buf(), "/src"),
+        (env_or("CARGO_HOME", home.join(".cargo")), "/cargo"),
+        (env_or("RUSTUP_HOME", home.join(".rustup")), "/rustup"),
+    ];
+    let mut flags: Vec<String> = GUEST_RUSTFLAGS.split(' ').map(String::from).collect();
+    for (from, to) in remaps {
+        let from = std::path::absolute(&from).unwrap_or(from);
+        flags.push(format!("--remap-path-prefix={}={to}", from.display()));
+    }
+    flags
+}
+
 /// The cargo invocation [`build_guest`] runs, with its environment set.
 pub fn guest_build_command(opts: &GuestBuildOpts) -> Command {
     let mut cmd = Command::new(&opts.cargo);
@@ -164,11 +187,13 @@ pub fn guest_build_command(opts: &GuestBuildOpts) -> Command {
     cmd.env("RUSTC_BOOTSTRAP", "1")
         .env("CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER", &opts.linker)
         // With --target, RUSTFLAGS only reaches target crates, not proc macros.
-        .env("RUSTFLAGS", GUEST_RUSTFLAGS)
+        // CARGO_ENCODED_RUSTFLAGS (it takes precedence over RUSTFLAGS): a remapped path
+        // may hold spaces.
+        .env("CARGO_ENCODED_RUSTFLAGS", guest_rustflags(opts).join("\x1f"))
         .env("CARGO_TARGET_DIR", &opts.target_dir)
         .env("RUSTC", &opts.rustc);
     // Settings of an outer cargo/clippy run that would change this build.
-    for k in ["CARGO_ENCODED_RUSTFLAGS", "CARGO_BUILD_TARGET", "CARGO_BUILD_RUSTFLAGS", "RUSTC_WORKSPACE_WRAPPER"] {
+    for k in ["RUSTFLAGS", "CARGO_BUILD_TARGET", "CARGO_BUILD_RUSTFLAGS", "RUSTC_WORKSPACE_WRAPPER"] {
         cmd.env_remove(k);
     }
     cmd
@@ -265,10 +290,15 @@ mod tests {
             cmd.get_envs().find(|(n, _)| *n == k).and_then(|(_, v)| v).map(|v| v.to_string_lossy().into_owned())
         };
         assert_eq!(env("RUSTC_BOOTSTRAP").as_deref(), Some("1"));
-        assert_eq!(env("RUSTFLAGS").as_deref(), Some(GUEST_RUSTFLAGS));
+        let flags = env("CARGO_ENCODED_RUSTFLAGS").unwrap();
+        let flags: Vec<&str> = flags.split('\x1f').collect();
+        assert_eq!(&flags[..2], &["-C", "target-feature=+crt-static"]);
+        let src = opts.guest_dir.parent().unwrap().display().to_string();
+        assert!(flags.contains(&format!("--remap-path-prefix={src}=/src").as_str()), "{flags:?}");
+        assert!(flags.iter().any(|f| f.ends_with("=/cargo")) && flags.iter().any(|f| f.ends_with("=/rustup")));
         assert_eq!(env("CARGO_TARGET_DIR").as_deref(), Some("/tmp/t"));
         assert_eq!(env("CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER").as_deref(), Some(GUEST_LINKER));
-        assert!(cmd.get_envs().any(|(k, v)| k == "CARGO_ENCODED_RUSTFLAGS" && v.is_none()));
+        assert!(cmd.get_envs().any(|(k, v)| k == "RUSTFLAGS" && v.is_none()));
         let args: Vec<String> = cmd.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
         assert!(args.contains(&"-Zbuild-std=std,panic_abort".to_string()));
         assert!(args.contains(&"-j1".to_string()));

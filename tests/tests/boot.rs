@@ -111,6 +111,21 @@ fn overlay_binary_runs_from_a_plan() {
     assert!(out.results().any(|(step, case, _, _)| step == "my-client" && case == "sync_round_trip"));
 }
 
+/// The guest binaries name no path of this machine: two checkouts at different paths (CI's
+/// clone and a developer's tree) build the same bytes, so an icount run in one repeats in the
+/// other. Before the remaps, `rootfs/proto`'s panic locations carried the checkout's path.
+#[test]
+fn guest_binaries_hold_no_path_of_this_machine() {
+    let bins = rootfs_bins();
+    let bytes = std::fs::read(&bins.init).unwrap();
+    let src = rootfs_bins::guest_dir().parent().unwrap().to_path_buf();
+    let home = std::env::var("HOME").unwrap();
+    for p in [src.display().to_string(), format!("{home}/.cargo"), format!("{home}/.rustup")] {
+        let n = bytes.windows(p.len()).filter(|w| *w == p.as_bytes()).count();
+        assert_eq!(n, 0, "{} holds {p} {n} times", bins.init.display());
+    }
+}
+
 fn rootfs_bins() -> rootfs_bins::GuestBins {
     rootfs_bins::build_guest(&rootfs_bins::GuestBuildOpts { quiet: true, ..Default::default() }).unwrap()
 }
