@@ -85,7 +85,8 @@ fn guided_run_reports_driver_coverage() {
 // Ignored: in 600 s of guest time (2,200-2,700 sequences) with three seeds neither the guided
 // loop nor the random one reached the planted warning; with seed 0xc33 and 1200 s both did,
 // guided after 2925 sequences (786 s at load 16), random after 3100, from the same op seed
-// (docs/src/results/guided-fuzzing.md, 2026-12-02 evening). Run it with
+// (docs/src/results/guided-fuzzing.md, 2026-12-02 evening). Since then each mode draws its
+// own op-seed stream from (seed, mode), so those figures are not this seed's any more. Run it with
 //   cargo test -p lab-tests --test fuzz_guided -- --ignored
 #[test]
 #[ignore = "about 15 min of fuzzing (found after 786 s, seed 0xc33) plus the fuzz-planted build (2479 s measured)"]

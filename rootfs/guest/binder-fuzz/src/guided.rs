@@ -10,7 +10,9 @@
 //! ops later, splice two), and fresh random ones one time in `FRESH_ONE_IN`. Which entry is
 //! mutated is drawn by its energy, AFL's idea: more for entries that found many edges,
 //! that joined recently and that are short, less the more often one was already picked.
-//! `random` runs the same loop and budget but never draws from the corpus.
+//! `random` runs the same loop and budget but never draws from the corpus. The two modes
+//! draw from generators seeded with the run's seed and the mode (`op_rng`): independent
+//! op seeds for one seed.
 //!
 //! A sequence after which the kernel logged a splat (or whose worker crashed or hung) stops
 //! the run (with `keep_going`, the budget is spent and each new signature kept); it is then
@@ -72,6 +74,24 @@ impl Mode {
             Mode::Replay => "replay",
         }
     }
+
+    /// Tells the modes' op-seed streams apart (see `op_rng`).
+    fn stream_tag(self) -> u64 {
+        match self {
+            Mode::Guided => 0x6775_6964_6564,
+            Mode::Random => 0x7261_6e64_6f6d,
+            Mode::Replay => 0x7265_706c_6179,
+        }
+    }
+}
+
+/// The generator a run draws its op seeds (and its mutations) from: seeded with the run's
+/// seed *and* its mode, so that `--guided` and `--unguided` with one seed draw independent
+/// op seeds (with one stream, both drew the same values near the same point and a find in
+/// both was shared luck), while `(seed, mode)` still reproduces a run's draws. A replay
+/// draws nothing: its file carries the op seeds themselves.
+fn op_rng(seed: u64, mode: Mode) -> Rng {
+    Rng::derive(seed, mode.stream_tag())
 }
 
 pub struct Config {
@@ -560,7 +580,7 @@ pub fn run(cfg: &Config, shm: &'static Shm) -> i32 {
         cfg,
         target: Box::new(target),
         text: cfg.text.clone(),
-        rng: Rng::new(cfg.seed),
+        rng: op_rng(cfg.seed, cfg.mode),
         corpus: vec![],
         edges: HashSet::new(),
         pcs: HashSet::new(),
@@ -766,6 +786,29 @@ mod tests {
         // The figure of docs/src/results/guided-fuzzing.md (shown with --nocapture).
         eprintln!("guided: depth {DEPTH} after {} sequences", guided.unwrap());
         assert_eq!(sequences_to_the_bug(Mode::Random, 30_000), None, "random reached it: the model is too easy");
+    }
+
+    /// The op seeds of a run's first `n` sequences, with the generator `run` seeds.
+    fn first_sequences(mode: Mode, seed: u64, n: usize) -> Vec<Vec<u64>> {
+        let mut f = fuzzer(mode);
+        f.rng = op_rng(seed, mode);
+        (0..n).map(|_| f.step().0).collect()
+    }
+
+    #[test]
+    fn guided_and_random_draw_independent_op_seeds() {
+        for seed in [0, 1, 0x5eed, 0xc33] {
+            let guided = first_sequences(Mode::Guided, seed, 50);
+            let random = first_sequences(Mode::Random, seed, 50);
+            // Reproducible from (seed, mode).
+            assert_eq!(guided, first_sequences(Mode::Guided, seed, 50));
+            assert_eq!(random, first_sequences(Mode::Random, seed, 50));
+            // No op seed in common: with one stream, both modes' first sequences were equal.
+            let g: HashSet<u64> = guided.iter().flatten().copied().collect();
+            let shared = random.iter().flatten().filter(|s| g.contains(s)).count();
+            assert_eq!(shared, 0, "seed {seed:#x}: the modes share {shared} op seeds of their first 50 sequences");
+            assert_ne!(op_rng(seed, Mode::Guided).next_u64(), op_rng(seed + 1, Mode::Guided).next_u64());
+        }
     }
 
     #[test]
