@@ -143,9 +143,10 @@ pub fn check_prerequisites(opts: &GuestBuildOpts) -> Result<()> {
 /// [`GUEST_RUSTFLAGS`] and the remaps that keep this machine's paths out of the binaries:
 /// panic locations name their source file, and the guest's path dependencies (the
 /// workspace's members, `rootfs/proto`), the registry's crates and std (`-Zbuild-std`) are
-/// named by absolute path. Without the remaps two checkouts at different paths built
-/// different binaries, and under `--tcg icount` a different binary runs a different
-/// instruction stream.
+/// named by absolute path. Two checkouts at different paths still build different binaries
+/// (cargo's `-C metadata` hashes the absolute path of `rootfs/proto`, which lies outside the
+/// guest workspace), and under `--tcg icount` a different binary runs a different instruction
+/// stream: moving that crate's source inside the workspace is the next step.
 pub fn guest_rustflags(opts: &GuestBuildOpts) -> Vec<String> {
     let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| "/root".into());
     let env_or = |k: &str, d: PathBuf| std::env::var_os(k).map(PathBuf::from).unwrap_or(d);

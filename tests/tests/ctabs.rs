@@ -17,8 +17,8 @@ fn ctabs_run(flavor: &str, skip: &[&str]) -> Outcome {
     // under `single` follows the host's load (mode 0 served 3-31% of calls on the caller's
     // CPU between runs, mode 3 39-91%: CI failed at 27.3% against 38.8%). Under icount it
     // follows the kernel, the plan and the guest binaries: on perf 7.7% and 90.7% in two runs
-    // of one checkout, 10.6% and 95.2% in CI's clone, whose guest binaries then held its own
-    // path (rootfs/src/guest.rs now remaps it).
+    // of one checkout, 10.6% and 95.2% in CI's clone, whose guest binaries differ (they
+    // depend on the checkout's path: rootfs/src/guest.rs, `guest_rustflags`).
     let o = RunOpts {
         plan: "ctabs".into(),
         flavor: flavor.into(),
