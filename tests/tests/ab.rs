@@ -43,10 +43,26 @@ fn a_known_slowdown_passes_the_gates_and_fails_on_throughput() {
     // 20 us more per call and its reply. Under icount a call takes about 250 us of guest time,
     // so the 8% shows in one call's time (sendvec), in -w 8's throughput and, beyond the
     // threshold, in its median latency (measured: -3.4%, +3.7%, +71%; docs/src/results/ab.md).
-    for m in ["throughput.iterations_per_sec", "throughput.p50_ms", "sendvec.0004.time_ns"] {
+    for m in ["throughput.iterations_per_sec", "throughput.p50_ms"] {
         let r = row(m).unwrap_or_else(|| panic!("no row {m}:\n{md}"));
         assert_eq!(r["verdict"], "worse", "{m}:\n{md}");
     }
+    // sendvec: one row per size, each from 5 boots, so one size's interval can reach 0 (CI's
+    // clone: 4 bytes +6.0% [-1.0, +11.7], the other sizes +9-11% with intervals above 0). The
+    // effect is judged over the sizes: most worse, none better.
+    let sendvec: Vec<_> = json["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["metric"].as_str().is_some_and(|m| m.starts_with("sendvec.")))
+        .collect();
+    let worse = sendvec.iter().filter(|r| r["verdict"] == "worse").count();
+    assert!(
+        sendvec.len() >= 8 && worse * 3 >= sendvec.len() * 2,
+        "{worse} of {} sendvec rows worse:\n{md}",
+        sendvec.len()
+    );
+    assert!(sendvec.iter().all(|r| r["verdict"] != "better"), "{md}");
     assert_eq!(row("throughput.p50_ms").unwrap()["regressed"], true, "{md}");
     // The A/B fails on the regression (exit 1), and says so first.
     assert_eq!(code, Some(1), "{md}");
