@@ -133,7 +133,11 @@ fn gdbserver_on_hvc0_takes_host_gdb() {
     });
     if rx.recv_timeout(std::time::Duration::from_secs(600)).is_err() {
         let _ = run.kill();
-        panic!("gdbserver never listened:\n{}", reader.join().unwrap());
+        // Why: lab's own messages (a failed --deb overlay, a boot error) are on stderr.
+        let mut err = String::new();
+        let _ = std::io::Read::read_to_string(&mut run.stderr.take().unwrap(), &mut err);
+        let _ = run.wait();
+        panic!("gdbserver never listened:\n{}\nlab's stderr:\n{err}", reader.join().unwrap());
     }
     let gdb = lab(&[
         "gdb",
@@ -161,4 +165,20 @@ fn gdbserver_on_hvc0_takes_host_gdb() {
     assert!(text.contains("= 0xc0046209"), "BINDER_VERSION's request in x1:\n{text}");
     assert!(text.contains("exited normally"), "{text}");
     assert_eq!(out.status.code(), Some(0), "stdout:\n{stdout}\nstderr:\n{}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// Two refreshes of one private apt at once both succeed: apt-get does not wait for its
+/// lists lock, and on a new machine two tests that each want a guest .deb refreshed the
+/// guest's lists together; the second failed with "Could not get lock .../lists/lock".
+#[test]
+fn two_private_apt_refreshes_at_once_both_succeed() {
+    let d = tempfile::tempdir().unwrap();
+    let apt = lab::provision::apt::PrivateApt::sources_of(d.path(), "bookworm");
+    let results: Vec<String> = std::thread::scope(|s| {
+        let a = [s.spawn(|| apt.update()), s.spawn(|| apt.update())];
+        a.map(|h| h.join().unwrap().map_or_else(|e| format!("{e:#}"), |()| "ok".into())).into()
+    });
+    assert_eq!(results, ["ok", "ok"]);
+    let lists = std::fs::read_dir(d.path().join("apt/src-bookworm/state/lists")).unwrap();
+    assert!(lists.flatten().any(|e| e.file_name().to_string_lossy().contains("_Sources")), "no lists");
 }
