@@ -148,16 +148,14 @@ pub fn check_prerequisites(opts: &GuestBuildOpts) -> Result<()> {
 /// guest workspace), and under `--tcg icount` a different binary runs a different instruction
 /// stream: moving that crate's source inside the workspace is the next step.
 pub fn guest_rustflags(opts: &GuestBuildOpts) -> Vec<String> {
-    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| "/root".into());
-    let env_or = |k: &str, d: PathBuf| std::env::var_os(k).map(PathBuf::from).unwrap_or(d);
-    let src = opts.guest_dir.parent().unwrap_or(&opts.guest_dir);
-    let remaps = [
-        (src.to_path_buf(), "/src"),
-        (env_or("CARGO_HOME", home.join(".cargo")), "/cargo"),
-        (env_or("RUSTUP_HOME", home.join(".rustup")), "/rustup"),
-    ];
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    // $CARGO_HOME, else ~/.cargo (likewise rustup): where cargo and rustup themselves look.
+    let dir = |k: &str, d: &str| std::env::var_os(k).map(PathBuf::from).or_else(|| home.as_ref().map(|h| h.join(d)));
+    let src = opts.guest_dir.parent().unwrap_or(&opts.guest_dir).to_path_buf();
+    let remaps =
+        [(Some(src), "/src"), (dir("CARGO_HOME", ".cargo"), "/cargo"), (dir("RUSTUP_HOME", ".rustup"), "/rustup")];
     let mut flags: Vec<String> = GUEST_RUSTFLAGS.split(' ').map(String::from).collect();
-    for (from, to) in remaps {
+    for (from, to) in remaps.into_iter().filter_map(|(f, t)| Some((f?, t))) {
         let from = std::path::absolute(&from).unwrap_or(from);
         flags.push(format!("--remap-path-prefix={}={to}", from.display()));
     }

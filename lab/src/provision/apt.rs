@@ -249,13 +249,14 @@ impl PrivateApt {
         // apt-get does not wait for its lists lock: two lab processes refreshing one private
         // apt at once (two tests that each want a guest .deb, on a new machine) failed the
         // second with "Could not get lock .../lists/lock". They take turns here.
+        let path = self.root.join("update.lock");
         let lock = std::fs::OpenOptions::new()
             .create(true)
             .truncate(false)
             .write(true)
-            .open(self.root.join("update.lock"))
-            .with_context(|| format!("cannot open {}", self.root.join("update.lock").display()))?;
-        lock.lock().with_context(|| format!("cannot lock {}", self.root.join("update.lock").display()))?;
+            .open(&path)
+            .with_context(|| format!("cannot open {}", path.display()))?;
+        lock.lock().with_context(|| format!("cannot lock {}", path.display()))?;
         crate::support::progress::note(format!("refreshing private apt lists in {}", self.root.display()));
         let (sh, opts) = (sh(), self.opts());
         // Progress on stderr: `lab run -- CMD` keeps stdout for the guest command's output.
