@@ -48,7 +48,9 @@ pub fn prepare(opts: &RunOpts, plan: Plan, dir: &Path) -> Result<Prepared> {
     let cache_plugin = cache_plugin(opts, &board, dir)?;
     // The guest programs build beside the kernel: on a new machine the kernel takes minutes
     // and its make leaves the cores idle at times (configuration, the Rust crates' serial
-    // steps, the link), which the guest's cargo fills.
+    // steps, the link), which the guest's cargo fills. What the guest build needs of the
+    // host comes first (on a new machine, nothing of it is installed yet).
+    crate::provision::toolchain::ensure_guest_prerequisites(&cache)?;
     let (kernel, bins) = std::thread::scope(|s| {
         let guest = s.spawn(|| rootfs::build_guest(&rootfs::GuestBuildOpts { quiet: true, ..Default::default() }));
         // LAB_KERNEL boots a kernel built elsewhere, e.g. from a private tree while the shared

@@ -271,6 +271,14 @@ pub fn ensure_tools(cache: &Path) -> Result<Toolchain> {
     Ok(ensure_tools_with(cache, || Ok(()))?.0)
 }
 
+/// What the guest build takes from the host, installed when missing: the cross linker and
+/// static glibc (system packages) and rust-src (`-Zbuild-std`). The guest build runs beside the
+/// kernel's setup, which would install them only after the guest build had looked for them.
+pub fn ensure_guest_prerequisites(cache: &Path) -> Result<()> {
+    ensure_host_packages(cache)?;
+    ensure_rust_src(cache).map(drop)
+}
+
 /// [`ensure_tools`], with `alongside` (e.g. the kernel source's download and unpack) run after
 /// the host packages. On a new machine the bindgen build (minutes of CPU) runs on its own
 /// thread while the downloads, the unpacks and `alongside` wait on the network and the disk.
