@@ -142,11 +142,10 @@ pub fn check_prerequisites(opts: &GuestBuildOpts) -> Result<()> {
 
 /// [`GUEST_RUSTFLAGS`] and the remaps that keep this machine's paths out of the binaries:
 /// panic locations name their source file, and the guest's path dependencies (the
-/// workspace's members, `rootfs/proto`), the registry's crates and std (`-Zbuild-std`) are
-/// named by absolute path. Two checkouts at different paths still build different binaries
-/// (cargo's `-C metadata` hashes the absolute path of `rootfs/proto`, which lies outside the
-/// guest workspace), and under `--tcg icount` a different binary runs a different instruction
-/// stream: moving that crate's source inside the workspace is the next step.
+/// workspace's members and `proto`), the registry's crates and std (`-Zbuild-std`) are named
+/// by absolute path. With these, and `proto` inside this workspace's directory (cargo hashes a
+/// path dependency's path into every crate's `-C metadata`, relative to the workspace root
+/// only when it lies inside), two checkouts at different paths build the same bytes.
 pub fn guest_rustflags(opts: &GuestBuildOpts) -> Vec<String> {
     let home = std::env::var_os("HOME").map(PathBuf::from);
     // $CARGO_HOME, else ~/.cargo (likewise rustup): where cargo and rustup themselves look.
@@ -273,6 +272,41 @@ fn executables(messages: &str) -> Vec<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Cargo hashes a path dependency outside the workspace by its absolute path into every
+    /// crate's `-C metadata` (and so into every symbol): one such dependency, and two checkouts
+    /// at different paths build different guest binaries (and under icount, run different
+    /// instruction streams).
+    #[test]
+    fn guest_path_dependencies_lie_inside_the_guest_workspace() {
+        let root = guest_dir().canonicalize().unwrap();
+        let read = |p: &Path| -> toml::Table { std::fs::read_to_string(p).unwrap().parse().unwrap() };
+        let ws = read(&root.join("Cargo.toml"));
+        let mut manifests = vec![(root.clone(), ws.clone())];
+        for m in ws["workspace"]["members"].as_array().unwrap() {
+            let dir = root.join(m.as_str().unwrap());
+            manifests.push((dir.clone(), read(&dir.join("Cargo.toml"))));
+        }
+        let mut outside = Vec::new();
+        for (dir, t) in &manifests {
+            let tables = [
+                t.get("workspace").and_then(|w| w.get("dependencies")),
+                t.get("dependencies"),
+                t.get("dev-dependencies"),
+                t.get("build-dependencies"),
+            ];
+            for deps in tables.into_iter().flatten().filter_map(|d| d.as_table()) {
+                for (name, d) in deps {
+                    let Some(p) = d.get("path").and_then(|p| p.as_str()) else { continue };
+                    let at = dir.join(p).canonicalize().unwrap();
+                    if !at.starts_with(&root) {
+                        outside.push(format!("{name} ({})", dir.join(p).display()));
+                    }
+                }
+            }
+        }
+        assert!(outside.is_empty(), "path dependencies outside rootfs/guest: {outside:?}; move them inside");
+    }
 
     #[test]
     fn missing_linker_names_the_fix() {

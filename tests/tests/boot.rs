@@ -111,10 +111,8 @@ fn overlay_binary_runs_from_a_plan() {
     assert!(out.results().any(|(step, case, _, _)| step == "my-client" && case == "sync_round_trip"));
 }
 
-/// The guest binaries name no path of this machine (before the remaps, `rootfs/proto`'s panic
-/// locations carried the checkout's path). Not yet enough for two checkouts at different paths
-/// to build the same bytes: cargo hashes the absolute path of `rootfs/proto`, a path
-/// dependency outside the guest workspace, into every guest crate's symbol names.
+/// The guest binaries name no path of this machine (before the remaps, `proto`'s panic
+/// locations carried the checkout's path).
 #[test]
 fn guest_binaries_hold_no_path_of_this_machine() {
     let bins = rootfs_bins();

@@ -380,6 +380,6 @@ mod tests {
             .chain(OPT_IN.iter().map(|c| (c.name, true)))
             .collect();
         let catalogue: Vec<(&str, bool)> = labproto::CONFORMANCE_CASES.iter().map(|c| (c.name, c.opt_in)).collect();
-        assert_eq!(here, catalogue, "update rootfs/proto/src/cases.rs with the case table");
+        assert_eq!(here, catalogue, "update rootfs/guest/proto/src/cases.rs with the case table");
     }
 }
