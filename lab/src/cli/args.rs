@@ -1,6 +1,6 @@
 //! Options shared by the commands that boot a guest.
 
-use crate::harness::opts::{RunOpts, DEFAULT_BOARD, DEFAULT_BOOT_TIMEOUT_S};
+use crate::harness::opts::{RunOpts, DEFAULT_BOARD, DEFAULT_BOOT_TIMEOUT_S, DEFAULT_ICOUNT_SHIFT};
 use crate::harness::qemu::Tcg;
 use crate::kbuild::flavor;
 use anyhow::Result;
@@ -101,6 +101,11 @@ pub struct RunFields {
     /// nightly's measurements].
     #[arg(long, value_enum, env = "LAB_TCG")]
     pub tcg: Option<Tcg>,
+    /// Under `--tcg icount`: guest time per instruction is 2^N ns, shared by all vCPUs
+    /// [default: 3, 125 M instructions per guest second]. 0 for guest-side time limits
+    /// written for real hardware (the kselftest harness's 30 s per case).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(0..=10))]
+    pub icount_shift: Option<u32>,
     /// Directory whose files are added to the initramfs (e.g. bin/my-client).
     #[arg(long, env = "LAB_OVERLAY")]
     pub overlay: Option<std::path::PathBuf>,
@@ -249,6 +254,7 @@ impl RunArgs {
             plan: self.plan.clone().unwrap_or_else(|| default_plan.into()),
             flavor: self.flavor.clone(),
             tcg: self.tcg.unwrap_or(Tcg::Single),
+            icount_shift: self.icount_shift.unwrap_or(DEFAULT_ICOUNT_SHIFT),
             overlay: self.overlay.clone(),
             debs: self
                 .debs
@@ -326,6 +332,7 @@ mod tests {
         ("plan", &["kunit"]),
         ("flavor", &["debug"]),
         ("tcg", &["hicount"]),
+        ("icount-shift", &["0"]),
         ("overlay", &["my overlay"]),
         ("deb", &["strace,gdbserver", "trace-cmd"]),
         ("boot-timeout", &["90"]),

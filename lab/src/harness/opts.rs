@@ -119,7 +119,7 @@ impl Default for RunOpts {
             flavor: crate::kbuild::flavor::DEFAULT.into(),
             // Boots fastest here: 8 vCPU threads on a 2-core host contend under MTTCG.
             tcg: Tcg::Single,
-            icount_shift: 3,
+            icount_shift: DEFAULT_ICOUNT_SHIFT,
             qemu_seed: 1,
             overlay: None,
             debs: vec![],
@@ -182,9 +182,20 @@ impl RunOpts {
                  thread, so there is nothing to pin: use --pin with --tcg multi, or drop --pin"
             );
         }
+        if self.icount_shift != DEFAULT_ICOUNT_SHIFT && self.tcg != Tcg::Icount {
+            let mode = format!("{:?}", self.tcg).to_lowercase();
+            bail!(
+                "--icount-shift {} sets the guest time of an instruction under --tcg icount, but \
+                 this run is --tcg {mode}: add --tcg icount, or drop --icount-shift",
+                self.icount_shift
+            );
+        }
         Ok(())
     }
 }
+
+/// `--tcg icount`'s shift: 8 ns per instruction, 125 M instructions per guest second.
+pub const DEFAULT_ICOUNT_SHIFT: u32 = 3;
 
 /// board/ is also the board crate: its Cargo.toml is not a board.
 pub const NOT_BOARDS: &[&str] = &["Cargo"];
@@ -241,6 +252,13 @@ mod tests {
         assert_eq!(o.qemu_binary().unwrap(), bin);
         let sys = RunOpts::default().with_qemu_resolved().unwrap();
         assert_eq!(sys.qemu_resolved, Some((PathBuf::from(crate::kbuild::qemu::BINARY), None)));
+    }
+
+    #[test]
+    fn icount_shift_needs_icount() {
+        let e = RunOpts { icount_shift: 0, tcg: Tcg::Single, ..Default::default() }.check().unwrap_err().to_string();
+        assert!(e.contains("--icount-shift 0") && e.contains("add --tcg icount"), "{e}");
+        RunOpts { icount_shift: 0, tcg: Tcg::Icount, ..Default::default() }.check().unwrap();
     }
 
     #[test]
