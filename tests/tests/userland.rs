@@ -182,3 +182,29 @@ fn two_private_apt_refreshes_at_once_both_succeed() {
     let lists = std::fs::read_dir(d.path().join("apt/src-bookworm/state/lists")).unwrap();
     assert!(lists.flatten().any(|e| e.file_name().to_string_lossy().contains("_Sources")), "no lists");
 }
+
+/// Downloads from one private apt at once, and from another beside them, all succeed: on a
+/// new machine two tests that each wanted a guest .deb ran `apt-get --download-only install`
+/// together and the second failed with "Could not get lock /dev/lock-frontend" (apt takes
+/// dpkg's lock beside the status file, which was /dev/null for every private apt).
+#[test]
+fn private_apt_downloads_at_once_all_succeed() {
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (one, other) = (lab::provision::debs::guest_apt(a.path()), lab::provision::debs::guest_apt(b.path()));
+    one.update().unwrap();
+    other.update().unwrap();
+    let pkgs = ["busybox-static".to_string()];
+    let results: Vec<String> = std::thread::scope(|s| {
+        let h = [
+            s.spawn(|| one.download_closure(&pkgs)),
+            s.spawn(|| one.download_closure(&pkgs)),
+            s.spawn(|| other.download_closure(&pkgs)),
+        ];
+        h.map(|h| h.join().unwrap().map_or_else(|e| format!("{e:#}"), |_| "ok".into())).into()
+    });
+    assert_eq!(results, ["ok", "ok", "ok"]);
+    for d in [a.path(), b.path()] {
+        let archives = std::fs::read_dir(d.join("apt/guest-arm64/cache/archives")).unwrap();
+        assert!(archives.flatten().any(|e| e.file_name().to_string_lossy().starts_with("busybox-static_")));
+    }
+}

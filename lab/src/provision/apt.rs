@@ -179,6 +179,7 @@ impl PrivateApt {
     /// Downloads `pkgs` and their dependencies (no recommends) into this apt's archive
     /// directory, which it returns; apt checks every file against the signed index.
     pub fn download_closure(&self, pkgs: &[String]) -> Result<PathBuf> {
+        let _turn = self.turn()?;
         let st = Command::new("apt-get")
             .args(self.opts())
             .args(["-q", "-y", "--download-only", "--no-install-recommends", "install"])
@@ -209,6 +210,28 @@ impl PrivateApt {
         )
     }
 
+    /// Holds this apt's turn until dropped. apt-get does not wait for its locks (the lists',
+    /// the archives', dpkg's frontend lock): two lab processes, or two tests of one, using
+    /// one private apt at once (on a new machine, where nothing is cached yet) failed the
+    /// second with "Could not get lock". They take turns here.
+    fn turn(&self) -> Result<std::fs::File> {
+        // The empty status file, beside which apt takes dpkg's locks (see opts).
+        std::fs::create_dir_all(self.root.join("dpkg"))?;
+        let status = self.root.join("dpkg/status");
+        if !status.is_file() {
+            write_atomic(&status, b"")?;
+        }
+        let path = self.root.join("apt.lock");
+        let lock = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .with_context(|| format!("cannot open {}", path.display()))?;
+        lock.lock().with_context(|| format!("cannot lock {}", path.display()))?;
+        Ok(lock)
+    }
+
     fn opts(&self) -> Vec<String> {
         let r = self.root.display();
         [
@@ -218,7 +241,9 @@ impl PrivateApt {
             format!("Dir::Etc::PreferencesParts={r}/preferences.d"),
             format!("Dir::State={r}/state"),
             format!("Dir::Cache={r}/cache"),
-            "Dir::State::status=/dev/null".into(),
+            // No package is installed here. apt takes dpkg's locks beside the status file:
+            // with /dev/null it took /dev/lock-frontend, one lock for every private apt.
+            format!("Dir::State::status={r}/dpkg/status"),
             format!("APT::Architecture={}", self.arch),
             "APT::Architectures::=amd64".into(),
             "APT::Architectures::=arm64".into(),
@@ -246,17 +271,7 @@ impl PrivateApt {
     /// Refreshes the package lists (a few seconds).
     pub fn update(&self) -> Result<()> {
         self.prepare()?;
-        // apt-get does not wait for its lists lock: two lab processes refreshing one private
-        // apt at once (two tests that each want a guest .deb, on a new machine) failed the
-        // second with "Could not get lock .../lists/lock". They take turns here.
-        let path = self.root.join("update.lock");
-        let lock = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .with_context(|| format!("cannot open {}", path.display()))?;
-        lock.lock().with_context(|| format!("cannot lock {}", path.display()))?;
+        let _turn = self.turn()?;
         crate::support::progress::note(format!("refreshing private apt lists in {}", self.root.display()));
         let (sh, opts) = (sh(), self.opts());
         // Progress on stderr: `lab run -- CMD` keeps stdout for the guest command's output.
@@ -289,6 +304,7 @@ impl PrivateApt {
     /// from the signed index.
     pub fn download(&self, spec: &str, dest: &Path) -> Result<PathBuf> {
         std::fs::create_dir_all(dest)?;
+        let _turn = self.turn()?;
         let (sh, opts) = (sh(), self.opts());
         sh.change_dir(dest);
         let st = Command::from(cmd!(sh, "apt-get {opts...} -q download {spec}")).status()?;
