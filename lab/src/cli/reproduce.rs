@@ -13,25 +13,28 @@ pub fn rerender(dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// `--model`: seed 000 on the timing model.
+/// `--model`: seed 000 (or, with `--only 001`, seed 001) on the timing model.
 #[derive(Debug, clap::Args)]
 pub struct ModelArgs {
     /// Seed 000 on the timing model: exactly `--qemu lab --tcg hicount --cache`, one boot per
-    /// CTABS mode and workload, so the cache counters fill the "Cache refs/misses" rows.
+    /// CTABS mode and workload, so the cache counters fill the "Cache refs/misses" rows. With
+    /// `--only 001`: seed 001's three drivers on the model instead, `--boots` boots each.
     #[arg(long)]
     pub model: bool,
     /// With --model: the CTABS modes to run (0-3, comma-separated) [default: 0,1,2,3].
     #[arg(long, value_delimiter = ',', requires = "model")]
     pub modes: Vec<u32>,
-    /// With --model: repetitions per mode [default: the profile's].
+    /// With --model: repetitions per mode [default: the profile's]; with --only 001, runs of
+    /// each workload per driver and boot.
     #[arg(long, requires = "model")]
     pub reps: Option<usize>,
     /// With --model: iterations (`-i`) per throughput worker and per tiers run [default:
-    /// the profile's].
+    /// the profile's]; with --only 001, calls per high-priority sender of the inversion
+    /// workload (its CPU hogs keep every vCPU busy: the model's costly part).
     #[arg(long, requires = "model")]
     pub iterations: Option<usize>,
-    /// With --model: boots per mode and workload, each with another QEMU `-seed` [default: 5,
-    /// the fewest a figure needs for a mark].
+    /// With --model: boots per mode and workload (with --only 001: per driver), each with
+    /// another QEMU `-seed` [default: 5, the fewest a figure needs for a mark].
     #[arg(long, requires = "model")]
     pub boots: Option<usize>,
 }
@@ -53,20 +56,18 @@ pub fn run(
     }
     let mut opts = args.measure_opts("bench")?;
     farm.apply(&mut opts)?;
-    let r = reproduce::run_only(profile, &opts, &out, only)?;
-    println!("{}", r.text);
-    for o in r.outcomes() {
-        for p in o.problems() {
-            println!("FAILED {}: {p}", o.dir.display());
-        }
-    }
-    println!("report: {}", out.join("reproduce.md").display());
-    Ok(r.outcomes().map(|o| o.exit()).max().unwrap_or(Exit::Ok))
+    report(&reproduce::run_only(profile, &opts, &out, only)?, &out)
 }
 
 fn run_model(profile: Profile, out: &Path, only: &[String], model: &ModelArgs, args: &RunArgs) -> Result<Exit> {
+    if only == ["001"] {
+        return run_seed001_model(profile, out, model, args);
+    }
     if only.iter().any(|s| s != "000") {
-        anyhow::bail!("--model runs seed 000 only; drop --only {} (or run it without --model)", only.join(","));
+        anyhow::bail!(
+            "--model runs one seed: 000 (the default) or 001 (--only 001); drop --only {} (or run it without --model)",
+            only.join(",")
+        );
     }
     let modes =
         if model.modes.is_empty() { crate::measure::model::DEFAULT_MODES.to_vec() } else { model.modes.clone() };
@@ -90,4 +91,38 @@ fn run_model(profile: Profile, out: &Path, only: &[String], model: &ModelArgs, a
     }
     println!("report: {}", out.join("model.md").display());
     Ok(runs.outcomes().map(|o| o.exit()).max().unwrap_or(Exit::Ok))
+}
+
+/// Seed 001's drivers on the timing model: `--reps` runs of each workload per driver and boot,
+/// `--iterations` calls per high-priority inversion sender, `--boots` boots per driver.
+fn run_seed001_model(profile: Profile, out: &Path, model: &ModelArgs, args: &RunArgs) -> Result<Exit> {
+    if !model.modes.is_empty() {
+        anyhow::bail!("--modes: seed 001 has no CTABS modes (its columns are the three drivers); drop --modes");
+    }
+    let mut sizes = reproduce::Sizes::of(profile);
+    if let Some(r) = model.reps {
+        (sizes.tput_runs, sizes.inv_runs) = (r, r);
+    }
+    if let Some(i) = model.iterations {
+        sizes.inv_iters = i;
+    }
+    let boots = model.boots.unwrap_or(crate::measure::model::DEFAULT_BOOTS);
+    if boots == 0 || sizes.tput_runs == 0 || sizes.inv_iters == 0 {
+        anyhow::bail!("--boots 0, --reps 0 or --iterations 0: the model needs at least one boot, run and call");
+    }
+    let base = crate::measure::model::opts(&args.measure_opts("bench")?);
+    report(&reproduce::run_seed001_model(profile, sizes, boots, &base, out)?, out)
+}
+
+/// Prints a finished reproduction, its failed boots and where the report is; the exit code
+/// of its worst boot.
+fn report(r: &reproduce::Reproduction, out: &Path) -> Result<Exit> {
+    println!("{}", r.text);
+    for o in r.outcomes() {
+        for p in o.problems() {
+            println!("FAILED {}: {p}", o.dir.display());
+        }
+    }
+    println!("report: {}", out.join("reproduce.md").display());
+    Ok(r.outcomes().map(|o| o.exit()).max().unwrap_or(Exit::Ok))
 }

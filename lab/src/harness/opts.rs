@@ -239,6 +239,12 @@ pub fn load_board_file(name: &str, smp: Option<u32>, memory: Option<&str>) -> Re
     Ok((board, crate::support::fs::sha256_hex(text.as_bytes())))
 }
 
+/// QEMU's `-seed` of boot number `boot` (from 0) of a deterministic experiment's repeated
+/// boots (`reproduce --model`, `ab`): boot 0 is the single boot of before.
+pub fn seed_of(boot: usize) -> u32 {
+    boot as u32 + 1
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -70,10 +70,7 @@ pub fn opts(base: &RunOpts) -> RunOpts {
     }
 }
 
-/// QEMU's `-seed` of boot number `boot` (from 0): boot 0 is the single boot of before.
-pub fn seed_of(boot: usize) -> u32 {
-    boot as u32 + 1
-}
+pub use crate::harness::opts::seed_of;
 
 /// One workload of the profile under one mode, `reps` times, in its own boot.
 fn plan(job: &Job, mode: u32, reps: usize) -> Plan {

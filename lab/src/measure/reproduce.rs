@@ -574,13 +574,35 @@ pub fn run(profile: Profile, base: &RunOpts, out: &Path) -> Result<Reproduction>
 
 /// [`run`] with only the seeds named in `only` (`000`, `001`, `002`; empty: all).
 pub fn run_only(profile: Profile, base: &RunOpts, out: &Path, only: &[String]) -> Result<Reproduction> {
+    run_sized(profile, Sizes::of(profile), None, base, out, only)
+}
+
+/// Seed 001 on the timing model (`reproduce --model --only 001`): `base` as [`crate::measure::model::opts`]
+/// makes it, `boots` boots per driver, each with its own QEMU `-seed`.
+pub fn run_seed001_model(
+    profile: Profile,
+    sizes: Sizes,
+    boots: usize,
+    base: &RunOpts,
+    out: &Path,
+) -> Result<Reproduction> {
+    run_sized(profile, sizes, Some(boots), base, out, &["001".to_string()])
+}
+
+fn run_sized(
+    profile: Profile,
+    sizes: Sizes,
+    model_boots: Option<usize>,
+    base: &RunOpts,
+    out: &Path,
+    only: &[String],
+) -> Result<Reproduction> {
     const SEEDS: [&str; 3] = ["000", "001", "002"];
     if let Some(bad) = only.iter().find(|s| !SEEDS.contains(&s.as_str())) {
         anyhow::bail!("--only {bad}: the seeds are {}", SEEDS.join(", "));
     }
     let want = |s: &str| only.is_empty() || only.iter().any(|o| o == s);
     let seeds = seeds()?;
-    let sizes = Sizes::of(profile);
     let note = crate::support::progress::note;
     // Every boot of the three experiments, (seed, plan, options), in one list for -j.
     let mut boots: Vec<(&str, Plan, RunOpts)> = vec![];
@@ -598,7 +620,9 @@ pub fn run_only(profile: Profile, base: &RunOpts, out: &Path, only: &[String]) -
     }
     if want("001") {
         note(format!("reproduce: seed 001 (C mutex, C spinlock, Rust; {} runs each)", sizes.tput_runs));
-        boots.extend(crate::measure::seed001::boots(sizes.seed001(), base).into_iter().map(|(p, o)| ("001", p, o)));
+        boots.extend(
+            crate::measure::seed001::boots(sizes.seed001(), base, model_boots).into_iter().map(|(p, o)| ("001", p, o)),
+        );
     }
     if want("002") {
         note(format!("reproduce: seed 002 (defer_tc 0/1, {} repetitions)", sizes.sendvec_reps));

@@ -53,14 +53,16 @@ pub const DRIVERS: [(u32, Option<&str>, &str); 3] = [
 ];
 
 /// Boots per driver; each boot runs `runs / rounds` repetitions of every workload. Two boots
-/// in alternating order spread host drift under TCG single; under icount a second boot of the
-/// same kernel and initramfs repeats the first one bit for bit (measured: identical
-/// iterations/s in every run), so it would only duplicate samples and narrow the CIs falsely.
-fn rounds(base: &RunOpts) -> usize {
-    if base.tcg == crate::harness::qemu::Tcg::Icount {
-        1
-    } else {
-        2
+/// in alternating order spread host drift under TCG single; under icount or hicount a second
+/// boot of the same kernel and initramfs with the same QEMU `-seed` repeats the first one bit
+/// for bit (measured: identical iterations/s in every run), so it would only duplicate samples
+/// and narrow the CIs falsely. `model_boots` (the timing model's `--boots`) gives that many
+/// boots per driver instead, each with its own `-seed`: other boots of the same machine.
+fn rounds(base: &RunOpts, model_boots: Option<usize>) -> usize {
+    match model_boots {
+        Some(n) => n,
+        None if base.tcg.deterministic() => 1,
+        None => 2,
     }
 }
 
@@ -94,18 +96,22 @@ pub fn flavor_of(mode: u32, base: &RunOpts) -> String {
 }
 
 /// The experiment's boots, to run in this order: [`rounds`] boots per driver, alternating.
-pub fn boots(sizes: Size, base: &RunOpts) -> Vec<(labproto::Plan, RunOpts)> {
+/// With `model_boots`, round `r` boots with QEMU `-seed` [`crate::harness::opts::seed_of`]`(r)`.
+pub fn boots(sizes: Size, base: &RunOpts, model_boots: Option<usize>) -> Vec<(labproto::Plan, RunOpts)> {
     let mut boots = vec![];
-    let rounds = rounds(base);
+    let rounds = rounds(base, model_boots);
     for round in 0..rounds {
         let mut order: Vec<u32> = DRIVERS.iter().map(|d| d.0).collect();
         if round % 2 == 1 {
             order.reverse();
         }
+        let qemu_seed = if model_boots.is_some() { crate::harness::opts::seed_of(round) } else { base.qemu_seed };
         for mode in order {
             let flavor = flavor_of(mode, base);
-            let plan = boot_plan(&format!("seed001-{flavor}"), sizes, mode, rounds);
-            boots.push((plan, RunOpts { flavor, ..base.clone() }));
+            // On the model every boot runs all of `sizes` (as seed 000's model boots do).
+            let plan =
+                boot_plan(&format!("seed001-{flavor}"), sizes, mode, if model_boots.is_some() { 1 } else { rounds });
+            boots.push((plan, RunOpts { flavor, qemu_seed, ..base.clone() }));
         }
     }
     boots
@@ -263,7 +269,7 @@ pub fn render(seed: &Seed001, samples: &Samples, rows: &BTreeMap<String, Row>, s
     let mut t = String::new();
     let _ = writeln!(
         t,
-        "## Seed 001: alloc->mutex vs spinlock, binderThroughputTest -w 2, {} runs per driver of {} iterations (one boot per driver under icount, else two in alternating order)\n\n```\n{}```\n",
+        "## Seed 001: alloc->mutex vs spinlock, binderThroughputTest -w 2, {} runs per driver of {} iterations (one boot per driver under icount or hicount, else two in alternating order; on the model, `--boots` per driver)\n\n```\n{}```\n",
         sizes.runs,
         sizes.tput_iters,
         table(seed, samples, rows)
@@ -360,6 +366,31 @@ mod tests {
         let low = t.lines().find(|l| l.starts_with("low p99 ")).unwrap();
         assert!(low.ends_with("- -"), "{t}");
         assert!(t.lines().find(|l| l.starts_with("high max")).unwrap().contains("n/a"), "{t}");
+    }
+
+    /// Deterministic boots with one `-seed` repeat each other bit for bit: one per driver, or
+    /// the model's `--boots`, each with its own seed and all of the runs.
+    #[test]
+    fn deterministic_boots_are_never_duplicates() {
+        use crate::harness::qemu::Tcg;
+        let sizes = Size { runs: 4, tput_iters: 10, inv_runs: 2, inv_iters: 5 };
+        let steps = |p: &labproto::Plan, bench: &str| {
+            p.steps.iter().filter(|s| s.argv[0] == format!("/bin/binder-{bench}")).count()
+        };
+        for tcg in [Tcg::Icount, Tcg::Hicount] {
+            let b = boots(sizes, &RunOpts { tcg, ..RunOpts::default() }, None);
+            assert_eq!(b.len(), DRIVERS.len(), "{tcg:?}");
+            assert_eq!(steps(&b[0].0, "throughput"), 4);
+        }
+        let b = boots(sizes, &RunOpts { tcg: Tcg::Single, ..RunOpts::default() }, None);
+        assert_eq!((b.len(), steps(&b[0].0, "throughput")), (2 * DRIVERS.len(), 2));
+        let b = boots(sizes, &RunOpts { tcg: Tcg::Hicount, ..RunOpts::default() }, Some(3));
+        assert_eq!(b.len(), 3 * DRIVERS.len());
+        let mut seeds: Vec<(String, u32)> = b.iter().map(|(_, o)| (o.flavor.clone(), o.qemu_seed)).collect();
+        seeds.sort();
+        seeds.dedup();
+        assert_eq!(seeds.len(), 3 * DRIVERS.len(), "a driver booted twice with one -seed: {seeds:?}");
+        assert!(b.iter().all(|(p, _)| steps(p, "throughput") == 4 && steps(p, "inversion") == 4));
     }
 
     #[test]
