@@ -144,3 +144,27 @@ fn the_planted_path_replays_the_warning_on_the_planted_driver_only() {
     let (ok, out, _) = lab_fuzz(&["--replay", file.to_str().unwrap(), "--flavor", "debug"]);
     assert!(ok, "{out}");
 }
+
+/// Where fuzz-deep's planted warning points (fuzz-deep/0001: `planted_third_cycle`).
+const DEEP_AT: &str = "drivers/android/binder/process.rs";
+
+/// Replays a saved sequence of `tests/data/fuzz-deep/` on fuzz-deep (the planted warning must
+/// come back) and on debug (the driver without the planted patch: clean).
+fn deep_replay_splats_only_on_fuzz_deep(name: &str) {
+    let file = Path::new("tests/data/fuzz-deep").join(name).display().to_string();
+    let (ok, out, dir) = lab_fuzz(&["--replay", &file, "--flavor", "fuzz-deep", "--policy", "mainline"]);
+    assert!(!ok, "{name} passed on fuzz-deep:\n{out}");
+    let r = result(&dir, "replay");
+    assert!(r["message"].as_str().unwrap().contains(DEEP_AT), "{r}");
+    let (ok, out, _) = lab_fuzz(&["--replay", &file, "--flavor", "debug"]);
+    assert!(ok, "{out}");
+}
+
+// Six op seeds that take fuzz-deep's planted path (a death request and its clear, three times,
+// on the second fd's ref), found by replaying the ops' draws on the host (`print_deep_path` in
+// binder-fuzz's worker.rs), not by the fuzzer. Measured 2026-12-06: docs/src/results/guided-fuzzing.md.
+#[test]
+#[ignore = "needs the fuzz-deep kernel (a KCOV+KASAN build, 12-40 min), then two ~1 min boots"]
+fn the_deep_path_replays_the_warning_on_fuzz_deep_only() {
+    deep_replay_splats_only_on_fuzz_deep("deep-path.json");
+}
