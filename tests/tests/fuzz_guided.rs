@@ -6,7 +6,9 @@
 //! nothing on debug (a replay needs no KCOV). The fuzz kernel is a cold build the first time;
 //! fuzz-planted starts from a copy of its O= directory. The planted-bug test is ignored for
 //! its time: the one guided run that found the bug took 786 s of fuzzing, and random found it
-//! too (the 2026-12-02 tables of docs/src/results/guided-fuzzing.md).
+//! too (the 2026-12-02 tables of docs/src/results/guided-fuzzing.md). On fuzz-deep (a bug
+//! behind three death-notification cycles) a constructed path and the guided loop's own find,
+//! both in tests/data/fuzz-deep/, replay its warning there and nothing on debug (2026-12-06).
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -143,4 +145,37 @@ fn the_planted_path_replays_the_warning_on_the_planted_driver_only() {
     assert!(r["message"].as_str().unwrap().contains(PLANTED_AT), "{r}");
     let (ok, out, _) = lab_fuzz(&["--replay", file.to_str().unwrap(), "--flavor", "debug"]);
     assert!(ok, "{out}");
+}
+
+/// Where fuzz-deep's planted warning points (fuzz-deep/0001: `planted_third_cycle`).
+const DEEP_AT: &str = "drivers/android/binder/process.rs";
+
+/// Replays a saved sequence of `tests/data/fuzz-deep/` on fuzz-deep (the planted warning must
+/// come back) and on debug (the driver without the planted patch: clean).
+fn deep_replay_splats_only_on_fuzz_deep(name: &str) {
+    let file = Path::new("tests/data/fuzz-deep").join(name).display().to_string();
+    let (ok, out, dir) = lab_fuzz(&["--replay", &file, "--flavor", "fuzz-deep", "--policy", "mainline"]);
+    assert!(!ok, "{name} passed on fuzz-deep:\n{out}");
+    let r = result(&dir, "replay");
+    assert!(r["message"].as_str().unwrap().contains(DEEP_AT), "{r}");
+    let (ok, out, _) = lab_fuzz(&["--replay", &file, "--flavor", "debug"]);
+    assert!(ok, "{out}");
+}
+
+// Six op seeds that take fuzz-deep's planted path (a death request and its clear, three times,
+// on the second fd's ref), found by replaying the ops' draws on the host (`print_deep_path` in
+// binder-fuzz's worker.rs), not by the fuzzer. Measured 2026-12-06: docs/src/results/guided-fuzzing.md.
+#[test]
+#[ignore = "needs the fuzz-deep kernel (a KCOV+KASAN build, 12-45 min), then two ~1 min boots"]
+fn the_deep_path_replays_the_warning_on_fuzz_deep_only() {
+    deep_replay_splats_only_on_fuzz_deep("deep-path.json");
+}
+
+// The guided loop's own find on fuzz-deep (seed 0x1a7, after 839 sequences), minimised to one op
+// seed three times, which together complete three death-notification cycles on one ref.
+// Measured 2026-12-06: docs/src/results/guided-fuzzing.md.
+#[test]
+#[ignore = "needs the fuzz-deep kernel (a KCOV+KASAN build, 12-45 min), then two ~1 min boots"]
+fn the_guided_find_on_fuzz_deep_replays_its_warning_there_only() {
+    deep_replay_splats_only_on_fuzz_deep("found-0x1a7.json");
 }

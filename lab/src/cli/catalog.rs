@@ -140,6 +140,7 @@ mod tests {
                 "cbinder-spin",
                 "cbinder-spin-debug",
                 "fuzz",
+                "fuzz-deep",
                 "fuzz-planted"
             ]
         );

@@ -924,6 +924,128 @@ mod tests {
         assert!(with_22 > 20, "the dictionary's op was inserted {with_22} times in 1000 mutations");
     }
 
+    /// A model of fuzz-deep's planted bug (fuzz-deep/0001, docs/src/results/guided-fuzzing.md,
+    /// 2026-12-06) for the pre-run estimate: two refs (one per binder fd) whose death
+    /// notification is requested (R) and cleared (C); an op is, by its seed, an R, a C, or an R
+    /// then a C in one write, on one of the two refs, with the per-op probabilities of
+    /// worker.rs's generator (from its weights; the results page derives them), or neither. A
+    /// completed cycle advances the ref's stage, each stage a PC of its own; the third is the
+    /// bug. Around it, a background of driver code that gives the corpus about the size the
+    /// real runs' had (`Background`): without it the chain's entries would be nearly the whole
+    /// corpus and draw most of the energy.
+    struct DeathCycles {
+        /// Per ref: (R only, C only, R then C) per op.
+        p: [(f64, f64, f64); 2],
+    }
+
+    /// Deterministic uniform draws from an op seed (a real op does the same calls every time).
+    fn unit(seed: u64, salt: u64) -> f64 {
+        (Rng::derive(seed, salt).next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    impl Target for DeathCycles {
+        fn run(&mut self, seq: &[u64]) -> Exec {
+            let (mut set, mut stage) = ([false; 2], [0u64; 2]);
+            let (mut trace, mut op_of) = (vec![], vec![]);
+            let mut prev = 0u64;
+            let mut failures = vec![];
+            for (i, &op) in seq.iter().enumerate() {
+                let mut pcs = vec![];
+                // Background: one of 250 op kinds, the low ones far more often (u^2.5), whose
+                // second block depends on the kind before it (one of two). Calibrated so that
+                // the guided corpus holds about 200 entries after 2200-2700 sequences, as the
+                // real runs' did (173-200).
+                let kind = (250.0 * unit(op, 1).powf(2.5)) as u64;
+                // The syscall's entry and its command loop, between every two blocks, as in
+                // the driver: the blocks' edges do not multiply with each other.
+                pcs.push(0x800);
+                pcs.push(0x10_0000 + 0x100 * kind);
+                pcs.push(0x10_0000 + 0x100 * kind + 0x10 * ((prev * 31 + kind) % 2));
+                pcs.push(0x900);
+                prev = kind;
+                let u = unit(op, 2);
+                let mut acc = 0.0;
+                for r in 0..2 {
+                    let (ro, co, rc) = self.p[r];
+                    let what = if u < acc + ro {
+                        "R"
+                    } else if u < acc + ro + co {
+                        "C"
+                    } else if u < acc + ro + co + rc {
+                        "RC"
+                    } else {
+                        ""
+                    };
+                    acc += ro + co + rc;
+                    let base = 0x1000 + 0x400 * r as u64;
+                    for c in what.chars() {
+                        if c == 'R' {
+                            pcs.extend([base + if set[r] { 0x10 } else { 0x20 }, 0x900]);
+                            set[r] = true;
+                        } else if set[r] {
+                            set[r] = false;
+                            stage[r] += 1;
+                            pcs.extend([base + 0x100 + 0x10 * stage[r], 0x900]);
+                            if stage[r] == 3 && failures.is_empty() {
+                                failures.push("warning: WARNING: at process.rs:1 planted_third_cycle".into());
+                            }
+                        } else {
+                            pcs.extend([base + 0x30, 0x900]);
+                        }
+                    }
+                }
+                op_of.extend(std::iter::repeat_n(i as u32, pcs.len()));
+                trace.extend(pcs);
+            }
+            Exec { traces: vec![trace], op_of: vec![op_of], failures }
+        }
+    }
+
+    /// The per-op probabilities of `DeathCycles`, from worker.rs's weights (the results page
+    /// shows the arithmetic): a write op (50/97) on fd 0 (0.6) or fd 1 (0.4), well-formed
+    /// (7/10), of 1-7 commands, each a death request or clear with weight 6 of 91; a clear
+    /// names the active notification 3/4 of the time (0.77 with a lucky cookie).
+    fn death_cycle_rates() -> [(f64, f64, f64); 2] {
+        let pn: [(i32, f64); 7] = [(1, 0.5), (2, 0.2), (3, 0.1), (4, 0.08), (5, 0.05), (6, 0.04), (7, 0.03)];
+        let p: f64 = 6.0 / 91.0;
+        [0.6, 0.4].map(|fd| {
+            let sane = 50.0 / 97.0 * fd * 0.7;
+            let any: f64 = pn.iter().map(|&(n, q)| q * (1.0 - (1.0 - p).powi(n))).sum();
+            let pairs: f64 = pn.iter().map(|&(n, q)| q * (n * (n - 1)) as f64 / 2.0).sum();
+            let r = sane * any + 50.0 / 97.0 * fd * 0.3 * 0.6 * 3.0 / 93.0;
+            let c = sane * any * 0.77;
+            let rc = sane * pairs * p * p * 0.77;
+            (r - rc, c, rc)
+        })
+    }
+
+    /// Of `runs` model runs of `budget` sequences each, how many reached the bug, per mode;
+    /// and the guided runs' mean corpus size.
+    fn death_cycle_runs(mode: Mode, runs: u64, budget: u64) -> (u64, f64) {
+        let (mut found, mut corpus) = (0, 0.0);
+        for run in 0..runs {
+            let mut f = fuzzer(mode);
+            f.target = Box::new(DeathCycles { p: death_cycle_rates() });
+            f.rng = op_rng(0xdee9 + run, mode);
+            f.syms = Symbols { starts: vec![0], names: vec!["m".into()] };
+            found += (0..budget).any(|_| !f.step().1.failures.is_empty()) as u64;
+            corpus += f.corpus.len() as f64 / runs as f64;
+        }
+        (found, corpus)
+    }
+
+    #[test]
+    #[ignore = "the pre-run estimate for fuzz-deep (under a minute with --release); prints it"]
+    fn print_death_cycle_estimate() {
+        eprintln!("rates per op (R only, C only, R then C), fd 0 and fd 1: {:?}", death_cycle_rates());
+        let runs = 200;
+        for budget in [2200, 2700] {
+            let (g, corpus) = death_cycle_runs(Mode::Guided, runs, budget);
+            let (r, _) = death_cycle_runs(Mode::Random, runs, budget);
+            eprintln!("{budget} sequences: guided reached it in {g} of {runs} model runs (corpus {corpus:.0}), random in {r} of {runs}");
+        }
+    }
+
     #[test]
     fn ranges_sequences_and_signatures() {
         assert_eq!(parse_ranges("0x10-0x20,30-40"), Some(vec![(0x10, 0x20), (0x30, 0x40)]));

@@ -1764,3 +1764,44 @@ mod planted_path {
         );
     }
 }
+
+/// Op seeds for fuzz-deep's planted path (fuzz-deep/0001: the third completed death
+/// notification request/clear cycle on one ref), found like `planted_path`'s: an op's first
+/// draws replayed on the host in `Thread::step`'s order. Not a fuzzer find: a check that the
+/// path is within the ops' reach and that `--replay` brings the warning back on fuzz-deep only
+/// (docs/src/results/guided-fuzzing.md, 2026-12-06).
+#[cfg(test)]
+mod deep_path {
+    use super::*;
+
+    /// Whether an op seed, on thread 0 with no pending call, is one well-formed death
+    /// notification command on fd 1 (whose one ref is handle 0): a request, or (`clear`) a
+    /// clear that names the active notification.
+    fn death_op(seed: u64, clear: bool) -> bool {
+        let mut r = Rng::new(seed);
+        if r.weighted(&[50, 20, 18, 2, 1, 1, 1, 2, 2, 0]) != 0 || r.chance(1, 4000) {
+            return false;
+        }
+        if r.weighted(&[60, 25, 15]) == 0 || !r.chance(7, 10) || r.weighted(&[0, 50, 20, 10, 8, 5, 4, 3]).max(1) != 1 {
+            return false;
+        }
+        if r.weighted(&SEQ_SANE) != 12 + clear as usize {
+            return false;
+        }
+        // A request registers whichever cookie it draws (the ref has none); a clear names the
+        // active notification (`clear_target`: chance 3/4, then a pick among one).
+        !clear || r.chance(3, 4)
+    }
+
+    #[test]
+    #[ignore = "prints seeds; see the module's comment"]
+    fn print_deep_path() {
+        let find = |clear: bool| (0..).step_by(2).find(|&s| death_op(s, clear)).unwrap();
+        let (req, clr) = (find(false), find(true));
+        let seq: Vec<String> = [req, clr, req, clr, req, clr].iter().map(|s| format!("\"{s:#x}\"")).collect();
+        println!("{{\"seq\": [{}], \"threads\": 2, \"flavor\": \"fuzz-deep\"}}", seq.join(", "));
+        let n = 1u64 << 20;
+        let count = |clear| (0..n).filter(|&s| death_op(s, clear)).count() as f64 / n as f64;
+        println!("per op, this narrow form on fd 1: request {:.5}, clear {:.5}", count(false), count(true));
+    }
+}
