@@ -1,7 +1,7 @@
 //! `lab reproduce`: every table of the three seeds, or `--from` a finished reproduction.
 
 use crate::cli::args::RunArgs;
-use crate::harness::outcome::Exit;
+use crate::harness::outcome::{Exit, Outcome};
 use crate::measure::bench::Profile;
 use crate::measure::reproduce;
 use crate::support::{paths, stamp};
@@ -56,7 +56,8 @@ pub fn run(
     }
     let mut opts = args.measure_opts("bench")?;
     farm.apply(&mut opts)?;
-    report(&reproduce::run_only(profile, &opts, &out, only)?, &out)
+    let r = reproduce::run_only(profile, &opts, &out, only)?;
+    report(&r.text, r.outcomes().collect(), &out.join("reproduce.md"))
 }
 
 fn run_model(profile: Profile, out: &Path, only: &[String], model: &ModelArgs, args: &RunArgs) -> Result<Exit> {
@@ -83,14 +84,7 @@ fn run_model(profile: Profile, out: &Path, only: &[String], model: &ModelArgs, a
         &args.measure_opts("bench")?,
         out,
     )?;
-    println!("{text}");
-    for o in runs.outcomes() {
-        for p in o.problems() {
-            println!("FAILED {}: {p}", o.dir.display());
-        }
-    }
-    println!("report: {}", out.join("model.md").display());
-    Ok(runs.outcomes().map(|o| o.exit()).max().unwrap_or(Exit::Ok))
+    report(&text, runs.outcomes().collect(), &out.join("model.md"))
 }
 
 /// Seed 001's drivers on the timing model: `--reps` runs of each workload per driver and boot,
@@ -111,18 +105,19 @@ fn run_seed001_model(profile: Profile, out: &Path, model: &ModelArgs, args: &Run
         anyhow::bail!("--boots 0, --reps 0 or --iterations 0: the model needs at least one boot, run and call");
     }
     let base = crate::measure::model::opts(&args.measure_opts("bench")?);
-    report(&reproduce::run_seed001_model(profile, sizes, boots, &base, out)?, out)
+    let r = reproduce::run_seed001_model(profile, sizes, boots, &base, out)?;
+    report(&r.text, r.outcomes().collect(), &out.join("reproduce.md"))
 }
 
-/// Prints a finished reproduction, its failed boots and where the report is; the exit code
-/// of its worst boot.
-fn report(r: &reproduce::Reproduction, out: &Path) -> Result<Exit> {
-    println!("{}", r.text);
-    for o in r.outcomes() {
+/// Prints a finished reproduction's text, its failed boots and where its report is; the exit
+/// code of its worst boot.
+fn report(text: &str, outcomes: Vec<&Outcome>, path: &Path) -> Result<Exit> {
+    println!("{text}");
+    for o in &outcomes {
         for p in o.problems() {
             println!("FAILED {}: {p}", o.dir.display());
         }
     }
-    println!("report: {}", out.join("reproduce.md").display());
-    Ok(r.outcomes().map(|o| o.exit()).max().unwrap_or(Exit::Ok))
+    println!("report: {}", path.display());
+    Ok(outcomes.iter().map(|o| o.exit()).max().unwrap_or(Exit::Ok))
 }

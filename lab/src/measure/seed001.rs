@@ -100,17 +100,19 @@ pub fn flavor_of(mode: u32, base: &RunOpts) -> String {
 pub fn boots(sizes: Size, base: &RunOpts, model_boots: Option<usize>) -> Vec<(labproto::Plan, RunOpts)> {
     let mut boots = vec![];
     let rounds = rounds(base, model_boots);
+    // On the model every boot runs all of `sizes` (as seed 000's model boots do); otherwise
+    // the runs are split over the rounds.
+    let model = model_boots.is_some();
+    let split = if model { 1 } else { rounds };
     for round in 0..rounds {
         let mut order: Vec<u32> = DRIVERS.iter().map(|d| d.0).collect();
         if round % 2 == 1 {
             order.reverse();
         }
-        let qemu_seed = if model_boots.is_some() { crate::harness::opts::seed_of(round) } else { base.qemu_seed };
+        let qemu_seed = if model { crate::harness::opts::seed_of(round) } else { base.qemu_seed };
         for mode in order {
             let flavor = flavor_of(mode, base);
-            // On the model every boot runs all of `sizes` (as seed 000's model boots do).
-            let plan =
-                boot_plan(&format!("seed001-{flavor}"), sizes, mode, if model_boots.is_some() { 1 } else { rounds });
+            let plan = boot_plan(&format!("seed001-{flavor}"), sizes, mode, split);
             boots.push((plan, RunOpts { flavor, qemu_seed, ..base.clone() }));
         }
     }
