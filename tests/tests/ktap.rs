@@ -94,6 +94,7 @@ fn outcome(events: Vec<Event>, verdict: Verdict) -> Outcome {
         collect_errors: vec![],
         step_output: Default::default(),
         reused: None,
+        emulator_fault: None,
     }
 }
 

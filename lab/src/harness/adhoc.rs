@@ -134,6 +134,7 @@ mod tests {
             collect_errors: vec![],
             step_output: Default::default(),
             reused: None,
+            emulator_fault: None,
         }
     }
 

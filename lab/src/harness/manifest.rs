@@ -43,6 +43,9 @@ struct Manifest<'a> {
     boot_s: Option<f64>,
     wall_s: f64,
     verdict: &'a Verdict,
+    /// QEMU's bad exit after the guest's clean power-off (the run still counts).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    emulator_fault: Option<&'a str>,
     reproducer: String,
 }
 
@@ -86,6 +89,7 @@ pub fn write_manifest(
         boot_s: o.boot_s,
         wall_s: o.wall_s,
         verdict: &o.verdict,
+        emulator_fault: o.emulator_fault.as_deref(),
         reproducer: qemu::shell_line(&spec.argv()),
     };
     write_atomic(&dir.join("manifest.json"), serde_json::to_string_pretty(&m)?.as_bytes())

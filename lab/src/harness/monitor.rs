@@ -58,6 +58,9 @@ pub struct Finished {
     pub panic_report_s: Option<f64>,
     /// QMP stopped answering during the run (panics were then seen on the console only).
     pub qmp_lost: bool,
+    /// QEMU ended badly (its exit status) after the guest had finished the plan and powered
+    /// off: every result was in, so the run counts; the fault is the emulator's.
+    pub emulator_fault: Option<String>,
 }
 
 pub struct Monitor {
@@ -74,6 +77,7 @@ pub struct Monitor {
     verdict: Option<Verdict>,
     panic_report_s: Option<f64>,
     qmp_lost: bool,
+    emulator_fault: Option<String>,
     /// Between steps (longer with `--trace`: the init sends each step's trace then).
     idle_grace: Duration,
     /// Off with `--gdb`: a guest stopped in gdb is not hung.
@@ -99,6 +103,7 @@ impl Monitor {
             verdict: None,
             panic_report_s: None,
             qmp_lost: false,
+            emulator_fault: None,
             idle_grace: STEP_GRACE,
             timeouts: true,
             chunks: vec![],
@@ -213,6 +218,11 @@ impl Monitor {
                 Verdict::Panic { text: String::new() }
             } else if done && *success {
                 Verdict::Completed
+            } else if done && self.powered_off() {
+                // Nothing of the guest runs after its PSCI SYSTEM_OFF, and every result is in:
+                // what QEMU does after that says nothing about the kernel under test.
+                self.emulator_fault = Some(status.clone());
+                Verdict::Completed
             } else {
                 Verdict::QemuExited { status: status.clone(), tail: splat::tail(&self.lines, TAIL) }
             });
@@ -221,12 +231,17 @@ impl Monitor {
             .then(|| Verdict::Timeout { phase: self.phase_text(), tail: splat::tail(&self.lines, TAIL) })
     }
 
+    /// The kernel printed its last line before PSCI SYSTEM_OFF.
+    fn powered_off(&self) -> bool {
+        self.lines.iter().any(|l| l.contains(POWER_DOWN_LINE))
+    }
+
     fn phase_text(&self) -> String {
         match &self.phase {
             Phase::Boot => format!("boot (no message from the guest init within {:?})", self.boot_timeout),
             Phase::Idle => "the guest init between steps".into(),
             Phase::Step(s) => format!("step {s}"),
-            Phase::PowerOff if self.lines.iter().any(|l| l.contains(POWER_DOWN_LINE)) => format!(
+            Phase::PowerOff if self.powered_off() => format!(
                 "power-off after the plan: the guest powered off, but QEMU did not exit within {POWEROFF_TIMEOUT:?}"
             ),
             Phase::PowerOff => "power-off after the plan".into(),
@@ -248,6 +263,7 @@ impl Monitor {
             boot_s: self.boot_s,
             panic_report_s: self.panic_report_s,
             qmp_lost: self.qmp_lost,
+            emulator_fault: self.emulator_fault,
         })
     }
 }
@@ -310,6 +326,35 @@ mod tests {
         assert_eq!((f.verdict, at), (Verdict::Completed, Some(2.61)));
         assert_eq!(f.boot_s, Some(0.9));
         assert_eq!(f.events.len(), 4);
+    }
+
+    /// QEMU crashing after the guest's clean power-off, with every result in, does not make
+    /// the run a failure; it is kept as the emulator's fault. Before the power-off it is one.
+    #[test]
+    fn a_qemu_crash_after_a_clean_power_off_is_the_emulators_fault() {
+        let crashed = Input::Exited { success: false, status: "signal: 11 (SIGSEGV)".into() };
+        let (f, _) = run(vec![
+            (0.9, hello()),
+            (1.0, start("a")),
+            (2.0, end("a")),
+            (2.1, Input::Result(Event::Done)),
+            (2.2, Input::Console("[    2.2] reboot: Power down".into())),
+            (2.5, crashed.clone()),
+            (2.7, Input::Tick),
+        ]);
+        assert_eq!(f.verdict, Verdict::Completed);
+        assert_eq!(f.emulator_fault.as_deref(), Some("signal: 11 (SIGSEGV)"));
+        // Done but no power-off line: the guest had not finished shutting down.
+        let (f, _) = run(vec![
+            (0.9, hello()),
+            (1.0, start("a")),
+            (2.0, end("a")),
+            (2.1, Input::Result(Event::Done)),
+            (2.5, crashed),
+            (2.7, Input::Tick),
+        ]);
+        assert!(matches!(f.verdict, Verdict::QemuExited { .. }), "{:?}", f.verdict);
+        assert_eq!(f.emulator_fault, None);
     }
 
     #[test]

@@ -86,6 +86,10 @@ pub struct Outcome {
     /// nothing booted (harness::boot_cache).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reused: Option<String>,
+    /// QEMU's exit status when it ended badly after the guest's clean power-off with every
+    /// result in: not a failure of the run, but said wherever the run is reported.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub emulator_fault: Option<String>,
 }
 
 /// Console lines a step's output keeps for its failure report.
@@ -192,6 +196,16 @@ impl Outcome {
         p
     }
 
+    /// The emulator's fault after a clean power-off, in plain words (see `emulator_fault`).
+    pub fn emulator_note(&self) -> Option<String> {
+        self.emulator_fault.as_ref().map(|st| {
+            format!(
+                "QEMU ended with {st} after the guest's clean power-off; every result had arrived, \
+                 so the run counts: a fault of the emulator, not of the kernel under test"
+            )
+        })
+    }
+
     pub fn ok(&self) -> bool {
         self.problems().is_empty()
     }
@@ -271,6 +285,7 @@ pub(crate) mod tests {
             collect_errors: vec![],
             step_output: Default::default(),
             reused: None,
+            emulator_fault: None,
         }
     }
 

@@ -316,6 +316,8 @@ pub struct Vm {
 
 /// Longest a `--dump` may take before the harness gives up on it.
 const DUMP_TIMEOUT: Duration = Duration::from_secs(300);
+/// How long a QMP command may take to answer.
+const QMP_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 type Qmp = qapi::Qmp<qapi::Stream<BufReader<std::os::unix::net::UnixStream>, std::os::unix::net::UnixStream>>;
 
@@ -406,7 +408,7 @@ impl Vm {
         loop {
             match std::os::unix::net::UnixStream::connect(&path) {
                 Ok(s) => {
-                    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+                    s.set_read_timeout(Some(QMP_READ_TIMEOUT))?;
                     let mut q = qapi::Qmp::new(qapi::Stream::new(BufReader::new(s.try_clone()?), s));
                     q.handshake().context("QMP handshake")?;
                     self.qmp = Some(q);
@@ -436,9 +438,13 @@ impl Vm {
             .collect())
     }
 
-    /// Moves the QMP connection to a thread that polls it every 100 ms and hands each event
-    /// to `on_event` (ending with [`VmEvent::Lost`] if QMP stops answering). [`Vm::stop`]
-    /// still asks QEMU to quit through it.
+    /// Moves the QMP connection to a thread that reads the events QEMU pushes and hands each
+    /// to `on_event` (ending with [`VmEvent::Lost`] when the connection closes or fails).
+    /// [`Vm::stop`] still asks QEMU to quit through it.
+    ///
+    /// The thread sends no command of its own while the guest runs: events arrive unasked,
+    /// and a poll command is handled in QEMU's main loop, where it raced QEMU's exit after
+    /// the guest's power-off (docs/src/results/harness-faults.md).
     ///
     /// With `dump`, a panic or a power-off (QEMU paused by `-action panic=pause` and
     /// `shutdown=pause`) first writes the guest's memory there, over this same connection;
@@ -449,44 +455,42 @@ impl Vm {
         let dumping = Arc::new(AtomicBool::new(false));
         let dumping_w = dumping.clone();
         let (quit, quit_rx) = mpsc::channel::<()>();
-        let thread = std::thread::spawn(move || loop {
-            match quit_rx.recv_timeout(Duration::from_millis(100)) {
-                Ok(()) | Err(mpsc::RecvTimeoutError::Disconnected) => {
-                    let _ = q.write_command(&qapi::qmp::quit {});
-                    return;
-                }
-                Err(mpsc::RecvTimeoutError::Timeout) => {}
-            }
-            if q.nop().is_err() {
-                on_event(VmEvent::Lost);
-                return;
-            }
-            let events: Vec<VmEvent> = q
-                .events()
-                .filter_map(|e| match e {
-                    qapi::qmp::Event::GUEST_PANICKED { .. } => Some(VmEvent::Panicked),
-                    qapi::qmp::Event::SHUTDOWN { .. } => Some(VmEvent::Shutdown),
-                    _ => None,
-                })
-                .collect();
-            for e in events {
-                if let Some(path) = dump.as_ref().filter(|_| !dumped) {
-                    dumped = true;
-                    dumping_w.store(true, Ordering::SeqCst);
-                    let res = dump_guest_memory(&mut q, path, DUMP_TIMEOUT);
-                    dumping_w.store(false, Ordering::SeqCst);
-                    match res {
-                        Ok(()) => crate::support::progress::note(format!("guest memory dump: {}", path.display())),
-                        Err(e) => crate::support::progress::note(format!(
-                            "guest memory dump {} failed: {e:#}",
-                            path.display()
-                        )),
-                    }
-                    if e == VmEvent::Shutdown {
+        let thread = std::thread::spawn(move || {
+            let mut events = EventReader::default();
+            loop {
+                match quit_rx.try_recv() {
+                    Ok(()) | Err(mpsc::TryRecvError::Disconnected) => {
                         let _ = q.write_command(&qapi::qmp::quit {});
+                        return;
                     }
+                    Err(mpsc::TryRecvError::Empty) => {}
                 }
-                on_event(e);
+                let got = match events.read(&mut q, EVENT_WAIT) {
+                    Ok(got) => got,
+                    Err(_) => {
+                        on_event(VmEvent::Lost);
+                        return;
+                    }
+                };
+                for e in got {
+                    if let Some(path) = dump.as_ref().filter(|_| !dumped) {
+                        dumped = true;
+                        dumping_w.store(true, Ordering::SeqCst);
+                        let res = dump_guest_memory(&mut q, path, DUMP_TIMEOUT);
+                        dumping_w.store(false, Ordering::SeqCst);
+                        match res {
+                            Ok(()) => crate::support::progress::note(format!("guest memory dump: {}", path.display())),
+                            Err(e) => crate::support::progress::note(format!(
+                                "guest memory dump {} failed: {e:#}",
+                                path.display()
+                            )),
+                        }
+                        if e == VmEvent::Shutdown {
+                            let _ = q.write_command(&qapi::qmp::quit {});
+                        }
+                    }
+                    on_event(e);
+                }
             }
         });
         self.watch = Some(QmpWatch { quit, thread, dumping });
@@ -582,6 +586,44 @@ fn dump_guest_memory(q: &mut Qmp, path: &std::path::Path, timeout: Duration) -> 
     }
 }
 
+/// How long the QMP thread waits for an event before it looks for a stop request.
+const EVENT_WAIT: Duration = Duration::from_millis(100);
+
+/// QMP's messages read as they arrive, one JSON object a line, keeping a line that a read
+/// timeout cut in two.
+#[derive(Default)]
+struct EventReader {
+    partial: String,
+}
+
+impl EventReader {
+    /// The events that arrived within `wait` (none on a timeout). An error when the
+    /// connection closed (QEMU exited) or failed.
+    fn read(&mut self, q: &mut Qmp, wait: Duration) -> std::io::Result<Vec<VmEvent>> {
+        let stream = q.inner_mut();
+        stream.get_mut_read().get_ref().set_read_timeout(Some(wait))?;
+        let res = stream.read_line(&mut self.partial);
+        // Commands (the dump, the quit) read their responses with the usual patience.
+        stream.get_mut_read().get_ref().set_read_timeout(Some(QMP_READ_TIMEOUT))?;
+        match res {
+            Ok(0) => Err(std::io::ErrorKind::UnexpectedEof.into()),
+            Ok(_) => Ok(Self::parse(&std::mem::take(&mut self.partial)).into_iter().collect()),
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => Ok(vec![]),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The event one QMP line announces, if it is one the monitor cares about.
+    fn parse(line: &str) -> Option<VmEvent> {
+        let v: serde_json::Value = serde_json::from_str(line).ok()?;
+        match v.get("event")?.as_str()? {
+            "GUEST_PANICKED" => Some(VmEvent::Panicked),
+            "SHUTDOWN" => Some(VmEvent::Shutdown),
+            _ => None,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -615,6 +657,30 @@ mod tests {
             idle_exit: None,
             sockets: None,
         }
+    }
+
+    /// Events arrive unasked; a line cut by the read timeout is completed by the next read;
+    /// a closed connection ends the reader.
+    #[test]
+    fn qmp_events_are_read_without_sending_commands() {
+        use std::io::{Read, Write};
+        let (ours, mut qemu) = std::os::unix::net::UnixStream::pair().unwrap();
+        let mut q: Qmp = qapi::Qmp::new(qapi::Stream::new(BufReader::new(ours.try_clone().unwrap()), ours));
+        let mut r = EventReader::default();
+        let wait = Duration::from_millis(20);
+        assert_eq!(r.read(&mut q, wait).unwrap(), vec![]);
+        qemu.write_all(br#"{"timestamp": {"seconds": 1, "microseconds": 2}, "event": "SHUT"#).unwrap();
+        assert_eq!(r.read(&mut q, wait).unwrap(), vec![]);
+        qemu.write_all(b"DOWN\", \"data\": {\"guest\": true, \"reason\": \"guest-shutdown\"}}\r\n").unwrap();
+        assert_eq!(r.read(&mut q, wait).unwrap(), vec![VmEvent::Shutdown]);
+        qemu.write_all(b"{\"event\": \"RESUME\"}\r\n{\"event\": \"GUEST_PANICKED\"}\r\n").unwrap();
+        assert_eq!(r.read(&mut q, wait).unwrap(), vec![]);
+        assert_eq!(r.read(&mut q, wait).unwrap(), vec![VmEvent::Panicked]);
+        // Nothing was sent to QEMU.
+        qemu.set_read_timeout(Some(wait)).unwrap();
+        assert!(qemu.read(&mut [0u8; 64]).is_err());
+        drop(qemu);
+        assert!(r.read(&mut q, wait).is_err());
     }
 
     fn has_pair(argv: &[String], a: &str, b: &str) -> bool {

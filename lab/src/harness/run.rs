@@ -244,6 +244,7 @@ pub fn run_plan(plan: &Plan, opts: &RunOpts) -> Result<Outcome> {
             boot_s: r.boot_s,
             panic_report_s: None,
             qmp_lost: false,
+            emulator_fault: None,
         };
         let mut outcome = outcome(dir, &prepared, run, t0);
         outcome.reused = Some(r.key);
@@ -341,6 +342,7 @@ fn outcome(dir: PathBuf, prepared: &Prepared, run: Finished, t0: Instant) -> Out
         collect_errors: vec![],
         step_output,
         reused: None,
+        emulator_fault: run.emulator_fault,
     }
 }
 

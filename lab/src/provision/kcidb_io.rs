@@ -21,6 +21,13 @@ pub fn ensure(cache: &Path) -> Result<PathBuf> {
     if ready.is_file() && py.is_file() {
         return Ok(py);
     }
+    // One installer at a time: two setups at once removed each other's half-made venv.
+    std::fs::create_dir_all(venv.parent().context("the venv has a parent")?)?;
+    let lockf = std::fs::File::create(venv.with_extension("lock"))?;
+    lockf.lock().context("locking the kcidb-io install")?;
+    if ready.is_file() && py.is_file() {
+        return Ok(py);
+    }
     crate::support::progress::note(format!("installing {KCIDB_IO} into {}", venv.display()));
     let _ = std::fs::remove_dir_all(&venv);
     let sh = sh();

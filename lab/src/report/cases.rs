@@ -340,6 +340,7 @@ pub(crate) mod tests {
             collect_errors: vec![],
             step_output: Default::default(),
             reused: None,
+            emulator_fault: None,
         }
     }
 

@@ -29,6 +29,9 @@ pub fn summary(o: &Outcome) -> String {
         s.push_str(&format!("boot: {b:.2} s to the init's first message\n"));
     }
     s.push_str(&format!("run directory: {}\n", o.dir.display()));
+    if let Some(note) = o.emulator_note() {
+        s.push_str(&format!("note: {note}\n"));
+    }
     let problems = o.problems();
     if problems.is_empty() {
         s.push_str("result: OK\n");
