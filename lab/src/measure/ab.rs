@@ -442,9 +442,6 @@ pub struct Gate {
     /// The treatment's failures the A/B fails on: neither the base's own (the same signature)
     /// nor a flake by the re-runs.
     pub blamed: Vec<String>,
-    /// KUnit suites that fail on the base, filtered out of both kernels' runs of this gate.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub filtered_suites: Vec<String>,
 }
 
 impl Gate {
@@ -508,7 +505,10 @@ pub fn failure_signatures(o: &Outcome) -> Vec<String> {
 /// failure when the base failed it too, else a flake.
 pub fn rerun_call(treatment: (u64, u64), base: (u64, u64)) -> (f64, &'static str) {
     let p = crate::measure::stats::fisher_greater(treatment.0, treatment.1, base.0, base.1);
-    let call = if p <= FLAKE_ALPHA {
+    let call = if treatment.1 == 0 || base.1 == 0 {
+        // A re-run boot that never reached the case (it crashed or hung first) tells nothing.
+        "no result in the re-runs"
+    } else if p <= FLAKE_ALPHA {
         "regression"
     } else if base.0 > 0 {
         "the base fails it too"
@@ -527,7 +527,8 @@ pub fn blame(failures: &[String], base_failures: &[String], reruns: &[Rerun]) ->
         .filter(|f| {
             let rerun = f.strip_prefix("case ").and_then(|c| reruns.iter().find(|r| r.case == c));
             match rerun {
-                Some(r) => r.call == "regression",
+                // Excused only when the re-runs cleared it.
+                Some(r) => !matches!(r.call.as_str(), "flake" | "the base fails it too"),
                 None => !base_failures.contains(f),
             }
         })
@@ -932,7 +933,6 @@ fn gates(
             base_failures: vec![],
             reruns: vec![],
             blamed: vec![],
-            filtered_suites: vec![],
         };
         if !g.ok && crate::harness::run::interrupted() {
             g.blamed = g.failures.clone();
@@ -1353,19 +1353,6 @@ pub fn render(r: &Report, reproducer: &str) -> String {
             );
         }
     }
-    let filtered: Vec<String> = r
-        .gates
-        .iter()
-        .filter(|g| !g.filtered_suites.is_empty())
-        .map(|g| format!("{}: {}", g.name, g.filtered_suites.join(", ")))
-        .collect();
-    if !filtered.is_empty() {
-        let _ = writeln!(
-            s,
-            "\nKUnit suites that fail on the base, filtered out of both kernels' runs: {}.",
-            filtered.join("; ")
-        );
-    }
     let _ = writeln!(
         s,
         "\n## The run\n\nPerformance boots: {} (`{}`), policy {}, QEMU `-seed` {} to {}.",
@@ -1630,7 +1617,6 @@ mod tests {
             base_run: None,
             base_failures,
             reruns: vec![],
-            filtered_suites: vec![],
         }
     }
 
@@ -1738,6 +1724,10 @@ mod tests {
             ["case thread_pool"]
         );
         assert_eq!(blame(&["case leaks".into()], &[], &[rerun("flake")]), ["case leaks"]);
+        assert_eq!(
+            blame(&["case thread_pool".into()], &[], &[rerun("no result in the re-runs")]),
+            ["case thread_pool"]
+        );
     }
 
     #[test]
@@ -1748,6 +1738,7 @@ mod tests {
         assert_eq!(rerun_call((1, 20), (0, 20)).1, "flake");
         assert_eq!(rerun_call((2, 20), (3, 20)).1, "the base fails it too");
         assert_eq!(rerun_call((20, 20), (20, 20)).1, "the base fails it too");
+        assert_eq!(rerun_call((0, 0), (0, 20)).1, "no result in the re-runs");
         // The rule's error rates: a flake failing with the same probability q on both kernels
         // is called a regression at most FLAKE_ALPHA of the time (Fisher's test is exact,
         // conditional on the failures' total); a patch that makes the case fail half the time
