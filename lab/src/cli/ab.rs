@@ -32,9 +32,19 @@ pub struct AbArgs {
     /// repetitions, a 100k-operation fuzz.
     #[arg(long, value_enum, default_value = "full")]
     pub profile: Profile,
-    /// Boots per arm [default: the profile's].
+    /// Boots per arm [default: the profile's]; at least 5 (fewer give no performance verdict),
+    /// unless --gates-only.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub boots: Option<u64>,
+    /// QEMU `-seed` of the first boot pair; boot i runs with N + i - 1. Another range is
+    /// another sample of boots (an A/A run takes its own; stored base boots of other ranges
+    /// do not answer for it).
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub seed_base: u32,
+    /// Runs of each failed conformance case on each kernel, to tell a flake from a regression
+    /// (0: compare one run of the base only).
+    #[arg(long, value_name = "N", default_value_t = crate::measure::ab::RERUNS)]
+    pub reruns: u32,
     /// The changes the patch claims, in lab/seeds.toml's shape (`metric` and `values = [before,
     /// after]`): each row gets a direction mark.
     #[arg(long, value_name = "FILE")]
@@ -46,8 +56,8 @@ pub struct AbArgs {
     /// when the lab QEMU is built).
     #[arg(long)]
     pub no_model: bool,
-    /// Only the builds and the correctness gates.
-    #[arg(long)]
+    /// Only the builds and the correctness gates: the verdict covers the gates alone.
+    #[arg(long, visible_alias = "gates-only")]
     pub no_perf: bool,
     /// Without the debug kernel (no lockdep/KASAN conformance, KUnit or fuzz gates): for a
     /// first answer when the base's debug flavor is not built yet (a full build).
@@ -82,10 +92,17 @@ impl AbArgs {
         if let Some(b) = self.boots {
             a.extend(["--boots".to_string(), b.to_string()]);
         }
+        if self.seed_base != 1 {
+            a.extend(["--seed-base".to_string(), self.seed_base.to_string()]);
+        }
+        if self.reruns != crate::measure::ab::RERUNS {
+            a.extend(["--reruns".to_string(), self.reruns.to_string()]);
+        }
         if let Some(e) = &self.expect {
             a.extend(["--expect".to_string(), e.display().to_string()]);
         }
-        for (on, flag) in [(self.no_model, "--no-model"), (self.no_perf, "--no-perf"), (self.no_debug, "--no-debug")] {
+        for (on, flag) in [(self.no_model, "--no-model"), (self.no_perf, "--gates-only"), (self.no_debug, "--no-debug")]
+        {
             if on {
                 a.push(flag.into());
             }
@@ -109,7 +126,21 @@ fn use_model(a: &AbArgs, run: &RunArgs) -> bool {
     built
 }
 
+/// Fewer boots than a verdict needs are refused before anything builds.
+fn check_boots(a: &AbArgs) -> Result<()> {
+    let min = crate::measure::table::MIN_SAMPLES as u64;
+    match a.boots {
+        Some(b) if b < min && !a.no_perf => anyhow::bail!(
+            "--boots {b}: a performance verdict needs at least {min} boots per arm (with fewer every row is n/a and \
+             the A/B could only pass by default): give --boots {min} or more, or --gates-only for the builds and the \
+             correctness gates alone"
+        ),
+        _ => Ok(()),
+    }
+}
+
 pub fn run(a: &AbArgs, run: &RunArgs) -> Result<Exit> {
+    check_boots(a)?;
     let out = a.out.clone().unwrap_or_else(|| paths::repo().join("target/lab/ab").join(stamp::utc_stamp()));
     std::fs::create_dir_all(&out)?;
     let req = Request {
@@ -121,6 +152,8 @@ pub fn run(a: &AbArgs, run: &RunArgs) -> Result<Exit> {
         threshold: a.threshold,
         model: !a.no_perf && use_model(a, run),
         no_perf: a.no_perf,
+        seed_base: a.seed_base,
+        reruns: a.reruns,
         no_debug: a.no_debug,
         out: std::path::absolute(&out)?,
     };
@@ -128,5 +161,44 @@ pub fn run(a: &AbArgs, run: &RunArgs) -> Result<Exit> {
     let md = ab::write(&report, &run.reproducer("ab", &a.cli_args()), &out)?;
     println!("{md}");
     println!("report: {}", out.join("ab.md").display());
-    Ok(if report.passed { Exit::Ok } else { Exit::TestFailure })
+    println!("verdict: {}", report.verdict.word());
+    Ok(report.verdict.exit())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        ab: AbArgs,
+    }
+
+    fn parse(args: &[&str]) -> AbArgs {
+        Cli::try_parse_from(std::iter::once("ab").chain(args.iter().copied())).unwrap().ab
+    }
+
+    #[test]
+    fn too_few_boots_are_refused_unless_gates_only() {
+        let err = check_boots(&parse(&["--patch", "x.patch", "--boots", "3"])).unwrap_err().to_string();
+        assert!(err.contains("--boots 3: a performance verdict needs at least 5 boots per arm"), "{err}");
+        assert!(err.contains("--gates-only"), "{err}");
+        assert!(check_boots(&parse(&["--boots", "3", "--gates-only"])).is_ok());
+        assert!(check_boots(&parse(&["--boots", "5"])).is_ok());
+        assert!(check_boots(&parse(&[])).is_ok());
+    }
+
+    #[test]
+    fn the_reproducer_keeps_the_new_flags() {
+        let a = parse(&["--patch", "x.patch", "--seed-base", "101", "--reruns", "5", "--gates-only"]);
+        let args = a.cli_args();
+        let line = args.join(" ");
+        assert!(
+            line.contains("--seed-base 101") && line.contains("--reruns 5") && line.contains("--gates-only"),
+            "{line}"
+        );
+        assert!(!parse(&["--patch", "x.patch"]).cli_args().join(" ").contains("--seed-base"), "defaults stay implicit");
+    }
 }

@@ -35,9 +35,11 @@ pub fn run(args: &DocsArgs) -> Result<Exit> {
     if args.write_reference {
         crate::support::fs::write_atomic(&repo.join(REFERENCE), command_reference().as_bytes())?;
         progress::note(format!("wrote {REFERENCE}"));
+        crate::measure::freeze::write_trust(&repo)?;
     }
     let out = args.out.clone().unwrap_or_else(|| repo.join("target/lab/book"));
     let mut problems = reference_problem(&repo).into_iter().collect::<Vec<_>>();
+    problems.extend(crate::measure::freeze::trust_problems(&repo));
     build(&repo.join("docs"), &out)?;
     problems.extend(link_problems(&repo, &out)?);
     if !problems.is_empty() {

@@ -8,6 +8,7 @@ pub mod cache;
 pub mod catalog;
 pub mod compare;
 pub mod docs;
+pub mod freeze;
 pub mod fuzz;
 pub mod gdb;
 pub mod guest_build;
@@ -248,6 +249,12 @@ pub enum Cmd {
         #[command(subcommand)]
         cmd: cache::CacheCmd,
     },
+    /// The timing model's freeze records (`freeze/`): `check` compares the latest with the
+    /// tree, `trust` prints what the model got right and wrong at it.
+    Freeze {
+        #[command(subcommand)]
+        cmd: freeze::FreezeCmd,
+    },
     /// List boards, plans, kernel flavors or conformance cases.
     List {
         #[arg(value_enum)]
@@ -359,6 +366,7 @@ pub fn execute(cmd: Cmd) -> Result<Exit> {
             Ok(Exit::Ok)
         }
         Cmd::Cache { cmd } => cache::run(cmd),
+        Cmd::Freeze { cmd } => freeze::run(cmd),
         Cmd::List { what } => {
             print!("{}", catalog::render(what));
             Ok(Exit::Ok)

@@ -13,6 +13,8 @@ use std::path::PathBuf;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Exit {
     Ok,
+    /// No verdict either way (`lab ab`: too few valid boots, or rows that could not be judged).
+    Inconclusive,
     /// A case, a step, a topology check or the regression gate failed.
     TestFailure,
     /// A boot, step or power-off timeout (the guest hung).
@@ -30,6 +32,7 @@ impl Exit {
     pub fn code(self) -> i32 {
         match self {
             Exit::Ok => 0,
+            Exit::Inconclusive => 204,
             Exit::TestFailure => 1,
             Exit::Timeout => 202,
             Exit::KernelFault => 201,
@@ -323,12 +326,21 @@ pub(crate) mod tests {
         assert_eq!(clean.exit().code(), 201);
         clean.verdict = Verdict::Timeout { phase: "boot".into(), tail: String::new() };
         assert_eq!(clean.exit().code(), 202);
-        let codes: Vec<i32> =
-            [Exit::Ok, Exit::TestFailure, Exit::Timeout, Exit::KernelFault, Exit::HarnessError, Exit::Interrupted]
-                .iter()
-                .map(|e| e.code())
-                .collect();
-        assert_eq!(codes, [0, 1, 202, 201, 203, 130]);
+        let codes: Vec<i32> = [
+            Exit::Ok,
+            Exit::Inconclusive,
+            Exit::TestFailure,
+            Exit::Timeout,
+            Exit::KernelFault,
+            Exit::HarnessError,
+            Exit::Interrupted,
+        ]
+        .iter()
+        .map(|e| e.code())
+        .collect();
+        assert_eq!(codes, [0, 204, 1, 202, 201, 203, 130]);
+        // A failure outranks no verdict.
+        assert_eq!(Exit::Inconclusive.max(Exit::TestFailure), Exit::TestFailure);
     }
 
     // Failures read as words, and a failing step's own output comes with its first failure.

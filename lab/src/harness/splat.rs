@@ -11,6 +11,39 @@ pub struct Splat {
     pub text: String,
 }
 
+impl Splat {
+    /// What makes two reports the same failure: the kind and the first line's message without
+    /// what changes from boot to boot or with a patch (CPU, PID, task ids, addresses, code
+    /// offsets, line numbers): `warning: WARNING: CPU: N PID: N at drivers/android/binder/process.rs:N version`.
+    pub fn signature(&self) -> String {
+        let first = self.text.lines().next().map(body).unwrap_or("");
+        let mut out = String::new();
+        for word in first.split_whitespace() {
+            // `f+0x1c/0x40` is the function `f`; a bare `0xffff...` is an address.
+            let word = word.split_once("+0x").map_or(word, |(f, _)| f);
+            if word.starts_with("0x") || word.is_empty() {
+                continue;
+            }
+            let mut last_digit = false;
+            if !out.is_empty() {
+                out.push(' ');
+            }
+            for c in word.chars() {
+                if c.is_ascii_digit() {
+                    if !last_digit {
+                        out.push('N');
+                    }
+                    last_digit = true;
+                } else {
+                    out.push(c);
+                    last_digit = false;
+                }
+            }
+        }
+        format!("{}: {}", self.kind, out)
+    }
+}
+
 /// Strips the printk timestamp, `[    1.234567] `, and with CONFIG_PRINTK_CALLER the caller
 /// field after it (`[    T1] `). Any other bracket, e.g. a program's `[ok] `, is the message.
 fn body(line: &str) -> &str {
@@ -160,6 +193,23 @@ mod tests {
         assert_eq!(scan(&lines(kernel))[0].kind, "hung-task");
         // The end marker of a report is no new report, with or without a caller field.
         assert!(classify("[    2.1][    C3] ---[ end Kernel panic - not syncing: x ]---").is_none());
+    }
+
+    #[test]
+    fn signatures_keep_the_failure_and_drop_the_boot() {
+        let sig = |s: &str| scan(&lines(s))[0].signature();
+        let a = sig("[ 6.0] WARNING: CPU: 1 PID: 55 at drivers/android/binder/process.rs:1220 version+0x1c/0x40\n");
+        // Another boot, CPU, PID, and the patch moved the line: the same failure.
+        let b = sig("[ 9.1] WARNING: CPU: 3 PID: 812 at drivers/android/binder/process.rs:1223 version+0x20/0x40\n");
+        assert_eq!(a, b);
+        assert_eq!(
+            a,
+            "warning: WARNING: CPU: N PID: N at drivers/android/binder/process.rsN version".replace(".rsN", ".rs:N")
+        );
+        // Another function, or another kind of report, is another failure.
+        assert_ne!(a, sig("[ 6.0] WARNING: CPU: 1 PID: 55 at drivers/android/binder/thread.rs:10 reply+0x1/0x4\n"));
+        let uaf = sig("[ 3.0] BUG: KASAN: slab-use-after-free in binder_alloc_free_page+0x1a4/0x3c0\n");
+        assert_eq!(uaf, "kasan: BUG: KASAN: slab-use-after-free in binder_alloc_free_page");
     }
 
     #[test]

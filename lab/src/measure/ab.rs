@@ -38,8 +38,13 @@ pub struct Request {
     pub threshold: f64,
     /// The timing model (lab QEMU, hicount, cache plugin); else the run's own TCG (icount).
     pub model: bool,
-    /// Gates only: no performance runs and no profile.
+    /// Gates only (`--gates-only`): no performance runs and no profile.
     pub no_perf: bool,
+    /// QEMU `-seed` of the first boot pair; boot i (from 0) runs with seed_base + i. An A/A
+    /// run takes its own range, so that no stored base boot of another range answers for it.
+    pub seed_base: u32,
+    /// Runs of a failed case on each kernel ([`RERUNS`]); 0: compare one run of the base.
+    pub reruns: u32,
     /// No debug kernel: the gates run on the perf-side treatment only.
     pub no_debug: bool,
     pub out: PathBuf,
@@ -137,44 +142,212 @@ pub fn verdict(metric: &str, d: Option<&Estimate>) -> &'static str {
     }
 }
 
+/// The rows the performance verdict judges, declared before any run: the per-call cost of
+/// binder's two headline workloads (seed 000's -w 8 and seed 001's -w 2), in throughput and
+/// in mean latency, whose boot-to-boot spread is small enough for 5 boots per arm to detect a
+/// change of a few percent. Every other row is exploratory: shown with its interval and its
+/// direction at 95%, never failing the A/B on its own.
+pub const PRIMARY: [&str; 4] =
+    ["throughput.iterations_per_sec", "throughput.avg_ms", "throughput-w2.iterations_per_sec", "throughput-w2.avg_ms"];
+/// The family-wise false-alarm rate of the performance verdict: Holm over [`PRIMARY`].
+pub const ALPHA: f64 = 0.05;
+/// The power a row's smallest detectable change is given at.
+pub const POWER: f64 = 0.8;
+/// One-sided level of an exploratory row's smallest detectable change: that of its two-sided
+/// 95% interval.
+const EXPLORATORY_ALPHA: f64 = 0.025;
+/// Runs of each failed case on each kernel to tell a flake from a regression.
+pub const RERUNS: u32 = 20;
+/// Fisher's one-sided level for calling a case's failures the patch's: a flake that fails
+/// equally often on both kernels is called a regression at most this often.
+pub const FLAKE_ALPHA: f64 = 0.01;
+
+/// What a row contributes to the performance verdict.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Judgement {
+    /// A primary row worse by more than the threshold, significant after Holm.
+    Regressed,
+    /// A primary row not worse beyond the threshold, where a change of the threshold's size
+    /// would have shown (its smallest detectable change is within the threshold).
+    Pass,
+    /// A primary row that could not be judged: fewer than 5 valid boots in an arm, or no values.
+    TooFew,
+    /// A primary row not found worse whose smallest detectable change exceeds the threshold.
+    Underpowered,
+    /// Not part of the verdict.
+    Exploratory,
+}
+
+impl Judgement {
+    fn show(self, mdc: Option<f64>) -> String {
+        match self {
+            Judgement::Regressed => "**regressed**".into(),
+            Judgement::Pass => "pass".into(),
+            Judgement::TooFew => "inconclusive: too few boots".into(),
+            Judgement::Underpowered => match mdc {
+                Some(m) => format!("inconclusive: detects only {m:.1}% or more"),
+                None => "inconclusive: no change detectable at these boots".into(),
+            },
+            Judgement::Exploratory => "exploratory".into(),
+        }
+    }
+}
+
 /// One row of the performance table.
 #[derive(Clone, Debug, Serialize)]
 pub struct PerfRow {
     pub metric: String,
     pub base: Option<Estimate>,
     pub treatment: Option<Estimate>,
+    /// The change; its interval resamples boot pairs (same `-seed`) where there are any.
     pub delta_pct: Option<Estimate>,
+    /// The change with each arm's boots resampled on their own, for comparison.
+    pub unpaired: Option<Estimate>,
+    /// Whether `delta_pct` resampled boot pairs (at least 5 boot numbers in both arms).
+    pub paired: bool,
+    /// The interval's direction at 95% (better, worse, no change, unclear, n/a).
     pub verdict: String,
-    /// Worse by more than the threshold.
+    pub primary: bool,
+    pub judgement: Judgement,
+    /// The one-sided permutation p-value that the treatment is worse (boot medians).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub p_worse: Option<f64>,
+    /// The smallest change (in %) this run's boots could detect with 80% power at the row's
+    /// level (primary: ALPHA / primary rows; exploratory: 0.025); None: none at any size.
+    pub mdc_pct: Option<f64>,
+    /// Valid boots per arm.
+    pub boots: [usize; 2],
+    /// Worse by more than the threshold, significant after Holm (primary rows only).
     pub regressed: bool,
     /// Against `--expect`: ✓ ~ ✗ ?, and the claimed change in %.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub expect: Option<(String, f64)>,
 }
 
-pub fn perf_rows(rows: &BTreeMap<String, Row>, threshold: f64, expect: &BTreeMap<String, f64>) -> Vec<PerfRow> {
-    table_metrics(rows)
+/// One value per boot (the median of its samples), by arm.
+fn boot_values(by_arm: Option<&Vec<Vec<f64>>>) -> Vec<f64> {
+    by_arm.into_iter().flatten().filter_map(|b| crate::measure::stats::median(b)).collect()
+}
+
+/// Per boot, log values oriented so that larger is worse; None when a value is not positive
+/// or the metric has no better direction.
+fn worse_logs(metric: &str, v: &[f64]) -> Option<Vec<f64>> {
+    use crate::measure::gate::Better;
+    let sign = match better(metric)? {
+        Better::Lower => 1.0,
+        Better::Higher => -1.0,
+    };
+    v.iter().map(|x| (*x > 0.0).then(|| sign * x.ln())).collect()
+}
+
+/// Whether a change in % is worse by more than `threshold` for this metric.
+fn worse_beyond(metric: &str, d: f64, threshold: f64) -> bool {
+    use crate::measure::gate::Better;
+    match better(metric) {
+        Some(Better::Lower) => d > threshold,
+        Some(Better::Higher) => d < -threshold,
+        None => false,
+    }
+}
+
+/// The table's rows from every valid boot's samples: each arm's median, the change (paired
+/// by boot number where both arms have the boot), the interval's direction, and for the
+/// primary rows the judgement: a one-sided permutation test on boot medians, Holm over the
+/// primary rows at [`ALPHA`], and the smallest detectable change against the threshold.
+pub fn perf_rows(samples: &BootSamples, threshold: f64, expect: &BTreeMap<String, f64>) -> Vec<PerfRow> {
+    use crate::measure::stats;
+    let summary = samples::summarise_boots(samples);
+    let metrics = table_metrics(&summary);
+    let k = PRIMARY.len() as f64;
+    let mut rows: Vec<PerfRow> = metrics
         .into_iter()
         .map(|m| {
-            let r = &rows[&m];
-            let d = r.delta_pct.get(&1).copied();
+            let r = &summary[&m];
+            let arms = samples.get(&m);
+            let (bb, tb) = (arms.and_then(|a| a.get(&0)), arms.and_then(|a| a.get(&1)));
+            let unpaired = r.delta_pct.get(&1).copied();
+            let paired = bb.zip(tb).and_then(|(b, t)| stats::delta_pct_ci_paired(b, t));
+            let paired = paired.filter(|p| p.boots >= table::MIN_SAMPLES);
+            let d = paired.or(unpaired);
             let v = verdict(&m, d.as_ref());
-            let regressed = v == "worse" && d.is_some_and(|d| d.value.abs() > threshold);
+            let primary = PRIMARY.contains(&m.as_str());
+            let (bv, tv) = (boot_values(bb), boot_values(tb));
+            let logs = worse_logs(&m, &bv).zip(worse_logs(&m, &tv));
+            let p_worse = logs.as_ref().and_then(|(b, t)| stats::perm_p_greater(b, t));
+            let level = if primary { ALPHA / k } else { EXPLORATORY_ALPHA };
+            let mdc_pct = logs
+                .as_ref()
+                .and_then(|(b, t)| stats::min_detectable(b, t, level, POWER))
+                .map(|l| (l.exp() - 1.0) * 100.0);
             let expect = expect.get(&m).map(|claim| {
                 let mark = table::mark(table::seed_dir(*claim), d.as_ref().map(table::lab_dir));
                 (mark.to_string(), *claim)
             });
             PerfRow {
-                metric: m,
                 base: r.per_mode.get(&0).copied(),
                 treatment: r.per_mode.get(&1).copied(),
                 delta_pct: d,
+                unpaired,
+                paired: paired.is_some(),
                 verdict: v.into(),
-                regressed,
+                primary,
+                judgement: Judgement::Exploratory,
+                p_worse,
+                mdc_pct,
+                boots: [bv.len(), tv.len()],
+                regressed: false,
                 expect,
+                metric: m,
             }
         })
+        .collect();
+    // Holm over every primary row, present or not: a missing one counts as not rejected.
+    let find = |m: &str| rows.iter().find(|r| r.metric == m);
+    let tests: Vec<(Option<f64>, Option<f64>)> = PRIMARY
+        .iter()
+        .map(|m| find(m).filter(|r| enough(r)).map_or((None, None), |r| (r.p_worse, r.delta_pct.map(|d| d.value))))
+        .collect();
+    let regressed = regressions(&tests, threshold);
+    for r in rows.iter_mut().filter(|r| r.primary) {
+        let i = PRIMARY.iter().position(|m| *m == r.metric).unwrap_or(0);
+        r.regressed = regressed[i];
+        r.judgement = if !enough(r) || r.p_worse.is_none() {
+            Judgement::TooFew
+        } else if r.regressed {
+            Judgement::Regressed
+        } else if r.mdc_pct.is_none_or(|m| m > threshold) {
+            Judgement::Underpowered
+        } else {
+            Judgement::Pass
+        };
+    }
+    rows
+}
+
+/// The performance verdict's rule, per [`PRIMARY`] row given its one-sided p-value that the
+/// treatment is worse and its change in %: regressed when Holm over all the primary rows at
+/// [`ALPHA`] rejects "not worse" and the change is worse by more than `threshold`. The
+/// family-wise rate of a false `failed` is at most ALPHA whatever the rows' dependence
+/// (Holm), and lower by the threshold's condition.
+pub fn regressions(tests: &[(Option<f64>, Option<f64>)], threshold: f64) -> Vec<bool> {
+    let ps: Vec<Option<f64>> = tests.iter().map(|t| t.0).collect();
+    let reject = crate::measure::stats::holm(&ps, ALPHA);
+    tests
+        .iter()
+        .enumerate()
+        .map(|(i, (_, d))| reject[i] && d.is_some_and(|d| worse_beyond(PRIMARY[i], d, threshold)))
         .collect()
+}
+
+/// Whether a row has the boots a verdict needs in both arms.
+fn enough(r: &PerfRow) -> bool {
+    r.boots.iter().all(|&n| n >= table::MIN_SAMPLES)
+}
+
+/// The primary rows the run did not produce at all (a workload that gave no result).
+pub fn missing_primary(rows: &[PerfRow]) -> Vec<&'static str> {
+    PRIMARY.iter().copied().filter(|m| !rows.iter().any(|r| r.metric == *m)).collect()
 }
 
 /// `--expect FILE` in lab/seeds.toml's shape: every table entry with `metric` and `values`
@@ -234,6 +407,20 @@ pub struct BuildRec {
     pub wall_s: f64,
 }
 
+/// A failing case run again on both kernels: its failures out of its runs on each.
+#[derive(Clone, Debug, Serialize)]
+pub struct Rerun {
+    pub case: String,
+    pub treatment: (u64, u64),
+    pub base: (u64, u64),
+    /// Fisher's exact test, one-sided: the treatment fails it more often than the base.
+    pub p: f64,
+    /// `regression`, `flake` (did not fail more often on the treatment, nor on the base) or
+    /// `the base fails it too`.
+    pub call: String,
+    pub run_dirs: Vec<PathBuf>,
+}
+
 /// One correctness gate on the treatment.
 #[derive(Clone, Debug, Serialize)]
 pub struct Gate {
@@ -244,15 +431,109 @@ pub struct Gate {
     pub problems: Vec<String>,
     /// The console around the first splat, or the tail of a failed run.
     pub excerpt: String,
-    /// When the treatment failed: whether the base fails the same gate too (then it is not
-    /// the patch's doing and does not fail the A/B).
-    pub base_fails_too: Option<bool>,
+    /// What failed, one signature each ([`failure_signatures`]).
+    pub failures: Vec<String>,
+    /// When the treatment failed: the base's run of the same gate and what failed there.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub base_run: Option<PathBuf>,
+    pub base_failures: Vec<String>,
+    /// The failed cases, each run again [`RERUNS`] times on both kernels.
+    pub reruns: Vec<Rerun>,
+    /// The treatment's failures the A/B fails on: neither the base's own (the same signature)
+    /// nor a flake by the re-runs.
+    pub blamed: Vec<String>,
 }
 
 impl Gate {
     pub fn fails_ab(&self) -> bool {
-        !self.ok && self.base_fails_too != Some(true)
+        !self.ok && !self.blamed.is_empty()
     }
+}
+
+/// What makes a run a failure, one line per failure, comparable between kernels and boots:
+/// `case NAME` for a failed case, `<kind>: <message>` for a splat ([`Splat::signature`]),
+/// `timeout in <phase>`, `step <name> ...` for a failed step without a failed case, and the
+/// harness's own faults.
+///
+/// [`Splat::signature`]: crate::harness::splat::Splat::signature
+pub fn failure_signatures(o: &Outcome) -> Vec<String> {
+    use crate::harness::outcome::Verdict;
+    let mut out: Vec<String> = vec![];
+    let mut add = |s: String| {
+        if !out.contains(&s) {
+            out.push(s);
+        }
+    };
+    match &o.verdict {
+        Verdict::Completed | Verdict::Interrupted => {}
+        Verdict::Panic { .. } if o.splats.iter().any(|s| s.kind == "panic") => {}
+        Verdict::Panic { text } => add(format!("panic: {}", text.lines().next().unwrap_or(""))),
+        Verdict::Timeout { phase, .. } => add(format!("timeout in {phase}")),
+        Verdict::InitError { message } => add(format!("guest init failed: {message}")),
+        Verdict::QemuExited { status, .. } => add(format!("QEMU exited ({status})")),
+    }
+    for s in &o.splats {
+        add(s.signature());
+    }
+    let failed_cases: Vec<(&str, &str)> =
+        o.results().filter(|r| r.2 == labproto::Status::Fail).map(|r| (labproto::plan_step(r.0), r.1)).collect();
+    for (_, case) in &failed_cases {
+        add(format!("case {case}"));
+    }
+    for e in &o.events {
+        if let labproto::Event::StepEnd { step, exit_code, timed_out, .. } = e {
+            let step = labproto::plan_step(step);
+            if *timed_out {
+                add(format!("step {step} timed out"));
+            } else if *exit_code != Some(0) && !failed_cases.iter().any(|(s, _)| *s == step) {
+                add(format!("step {step} failed"));
+            }
+        }
+    }
+    if !o.topology_mismatches.is_empty() {
+        add("topology mismatch".into());
+    }
+    let empty = out.is_empty();
+    if empty && !o.ok() {
+        out.push(o.problems().first().and_then(|p| p.lines().next()).unwrap_or("failed").to_string());
+    }
+    out
+}
+
+/// A failing case's call from its re-runs: a regression when the treatment fails it more
+/// often than the base at Fisher's one-sided level [`FLAKE_ALPHA`]; else the base's own
+/// failure when the base failed it too, else a flake.
+pub fn rerun_call(treatment: (u64, u64), base: (u64, u64)) -> (f64, &'static str) {
+    let p = crate::measure::stats::fisher_greater(treatment.0, treatment.1, base.0, base.1);
+    let call = if treatment.1 == 0 || base.1 == 0 {
+        // A re-run boot that never reached the case (it crashed or hung first) tells nothing.
+        "no result in the re-runs"
+    } else if p <= FLAKE_ALPHA {
+        "regression"
+    } else if base.0 > 0 {
+        "the base fails it too"
+    } else {
+        "flake"
+    };
+    (p, call)
+}
+
+/// The treatment's failures the A/B fails on: a case re-run on both kernels counts by its
+/// call; anything else only when the base's run did not fail the same way (same case, same
+/// splat signature, same timeout).
+pub fn blame(failures: &[String], base_failures: &[String], reruns: &[Rerun]) -> Vec<String> {
+    failures
+        .iter()
+        .filter(|f| {
+            let rerun = f.strip_prefix("case ").and_then(|c| reruns.iter().find(|r| r.case == c));
+            match rerun {
+                // Excused only when the re-runs cleared it.
+                Some(r) => !matches!(r.call.as_str(), "flake" | "the base fails it too"),
+                None => !base_failures.contains(f),
+            }
+        })
+        .cloned()
+        .collect()
 }
 
 /// One performance boot of the A/B.
@@ -268,6 +549,41 @@ pub struct BootRec {
     /// The key of the stored deterministic boot whose results these are (nothing booted).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reused: Option<String>,
+    /// What went wrong in this boot ([`fault`]); None: a valid boot whose samples count.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fault: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub problems: Vec<String>,
+    /// The console around the first splat, or the tail of the run, for a boot with a fault.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub excerpt: String,
+}
+
+impl BootRec {
+    /// A fault the A/B fails on: a treatment boot that crashed, splatted, hung or failed a
+    /// step. The base's faults and the harness's own make the boot invalid, nothing more.
+    pub fn fails_ab(&self) -> bool {
+        self.arm == ARMS[1] && matches!(self.fault.as_deref(), Some("crash" | "timeout" | "failed"))
+    }
+}
+
+/// A boot the harness lost (QEMU or the init failing, QEMU ending before the plan did): says
+/// nothing about the patch.
+pub const HARNESS_FAULT: &str = "harness fault";
+
+/// What went wrong in a run, in a word: crash (a panic or a splat), timeout, failed (a step
+/// or a case), harness fault; None for a clean run.
+pub fn fault(o: &Outcome) -> Option<String> {
+    use crate::harness::outcome::Exit;
+    let f = match o.exit() {
+        Exit::Ok | Exit::Inconclusive => return None,
+        Exit::KernelFault => "crash",
+        Exit::Timeout => "timeout",
+        Exit::TestFailure => "failed",
+        Exit::HarnessError => HARNESS_FAULT,
+        Exit::Interrupted => "interrupted",
+    };
+    Some(f.into())
 }
 
 /// Per function, kernel instructions per call on each side.
@@ -278,6 +594,41 @@ pub struct FnDiff {
     pub treatment: f64,
 }
 
+/// What an A/B concludes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AbVerdict {
+    /// Every gate passed, no boot failed, and every primary row was judged without a
+    /// regression beyond the threshold (gates only: every gate passed).
+    Passed,
+    /// A gate failed for the patch, a treatment boot crashed, splatted, hung or failed a
+    /// step, or a primary row regressed beyond the threshold.
+    Failed,
+    /// Nothing failed, but the A/B cannot say it passed: too few valid boots, or a primary
+    /// row that could not be judged or could not have detected a change of the threshold's size.
+    Inconclusive,
+}
+
+impl AbVerdict {
+    /// `lab ab`'s exit code: 0 passed, 1 failed, 204 inconclusive.
+    pub fn exit(self) -> crate::harness::outcome::Exit {
+        use crate::harness::outcome::Exit;
+        match self {
+            AbVerdict::Passed => Exit::Ok,
+            AbVerdict::Failed => Exit::TestFailure,
+            AbVerdict::Inconclusive => Exit::Inconclusive,
+        }
+    }
+
+    pub fn word(self) -> &'static str {
+        match self {
+            AbVerdict::Passed => "passed",
+            AbVerdict::Failed => "failed",
+            AbVerdict::Inconclusive => "inconclusive",
+        }
+    }
+}
+
 #[derive(Clone, Debug, Serialize)]
 pub struct Report {
     pub base: String,
@@ -285,7 +636,14 @@ pub struct Report {
     pub patches: Vec<String>,
     pub profile: Profile,
     pub size: Size,
+    /// The performance boots' QEMU and timing options (`--qemu lab --tcg hicount --cache
+    /// --dvfs --idle`), and the scheduler policy.
     pub timing: String,
+    pub policy: String,
+    /// QEMU `-seed` of boot 1; boot i runs with seed_base + i - 1.
+    pub seed_base: u32,
+    /// `--gates-only`: the verdict covers the gates alone.
+    pub gates_only: bool,
     pub builds: Vec<BuildRec>,
     pub gates: Vec<Gate>,
     pub boots: Vec<BootRec>,
@@ -293,12 +651,104 @@ pub struct Report {
     pub perf_problems: Vec<String>,
     pub functions: Vec<FnDiff>,
     pub threshold: f64,
-    pub passed: bool,
+    pub verdict: AbVerdict,
+    /// Why the verdict is what it is, most severe first.
+    pub reasons: Vec<String>,
+    /// The paired intervals' widths over the unpaired ones: median, least, most, rows.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pairing: Option<(f64, f64, f64, usize)>,
+    /// What the timing model got right and wrong on the seeds (generated from the freeze record).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub trust: Vec<String>,
     pub wall_s: f64,
     #[serde(skip)]
     pub profile_text: String,
     #[serde(skip)]
     pub metrics: BTreeMap<String, Row>,
+}
+
+/// Whether the performance runs were asked for and ran.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Perf {
+    /// `--gates-only`.
+    NotAsked,
+    /// Asked, not run: a gate failed, or the A/B was interrupted.
+    NotRun,
+    Ran,
+}
+
+/// The verdict and its reasons from the gates, the performance boots and the rows.
+pub fn decide(gates: &[Gate], boots: &[BootRec], rows: &[PerfRow], perf: Perf) -> (AbVerdict, Vec<String>) {
+    let mut failed = vec![];
+    for b in boots.iter().filter(|b| b.fails_ab()) {
+        let what = b.problems.first().and_then(|p| p.lines().next()).unwrap_or("");
+        failed.push(format!(
+            "{} in treatment boot {} (-seed {}): {what}",
+            b.fault.as_deref().unwrap_or(""),
+            b.boot,
+            b.seed
+        ));
+    }
+    for g in gates.iter().filter(|g| g.fails_ab()) {
+        failed.push(format!("gate {} failed on the treatment: {}", g.name, g.blamed.join("; ")));
+    }
+    for r in rows.iter().filter(|r| r.regressed) {
+        failed.push(format!(
+            "{} worse by {:.1}% (beyond the threshold; p = {:.4}, significant after Holm over the {} primary rows)",
+            r.metric,
+            r.delta_pct.map(|d| d.value.abs()).unwrap_or(0.0),
+            r.p_worse.unwrap_or(1.0),
+            PRIMARY.len()
+        ));
+    }
+    if !failed.is_empty() {
+        return (AbVerdict::Failed, failed);
+    }
+    let mut why = vec![];
+    match perf {
+        Perf::NotAsked => {
+            return (AbVerdict::Passed, vec!["every gate passed (gates only: no performance verdict)".into()])
+        }
+        Perf::NotRun => why.push("the performance runs did not run".to_string()),
+        Perf::Ran => {
+            for arm in ARMS {
+                let all = boots.iter().filter(|b| b.arm == arm).count();
+                let valid = boots.iter().filter(|b| b.arm == arm && b.fault.is_none()).count();
+                if valid < table::MIN_SAMPLES {
+                    why.push(format!(
+                        "{valid} valid {arm} boot(s) of {all}: a performance verdict needs {}",
+                        table::MIN_SAMPLES
+                    ));
+                }
+            }
+            for m in missing_primary(rows) {
+                why.push(format!("primary row {m}: no values"));
+            }
+            for r in rows.iter().filter(|r| matches!(r.judgement, Judgement::TooFew | Judgement::Underpowered)) {
+                why.push(format!("primary row {}: {}", r.metric, r.judgement.show(r.mdc_pct)));
+            }
+        }
+    }
+    if why.is_empty() {
+        (AbVerdict::Passed, vec!["every gate passed, no boot failed, no primary row regressed".into()])
+    } else {
+        (AbVerdict::Inconclusive, why)
+    }
+}
+
+/// How much narrower the paired intervals are than the unpaired ones, over the rows with
+/// both: (median, least, most ratio of widths, rows).
+pub fn pairing_gain(rows: &[PerfRow]) -> Option<(f64, f64, f64, usize)> {
+    let mut ratios: Vec<f64> = rows
+        .iter()
+        .filter_map(|r| {
+            let (p, u) = (r.delta_pct?, r.unpaired?);
+            (r.paired && u.hi > u.lo).then(|| (p.hi - p.lo) / (u.hi - u.lo))
+        })
+        .collect();
+    ratios.sort_by(|a, b| a.total_cmp(b));
+    let med = crate::measure::stats::median(&ratios)?;
+    Some((med, ratios[0], ratios[ratios.len() - 1], ratios.len()))
 }
 
 /// The console lines around the first splat, or the run's last lines.
@@ -364,15 +814,106 @@ fn gate_run(plan: &Plan, flavor: &str, kind: &str, base: &RunOpts) -> Result<Out
     run_plan_and_report(plan, &o)
 }
 
-/// The gates, in order: conformance on the perf-side treatment, then on the debug one, KUnit
-/// and the fuzzer there. A failing gate runs once more on its base kernel, to tell the
-/// patch's failures from the base's own.
-fn gates(t_perf: &str, perf: &str, debug: Option<(&str, &str)>, size: Size, base: &RunOpts) -> Result<Vec<Gate>> {
+/// Opt-in conformance cases and the files whose change makes the debug gate run them: each
+/// exercises a window a patch there can open (`shrinker_zap_race`: an allocation between the
+/// shrinker's unlock and its zap, the use-after-free of seed 001's RFC).
+pub const OPT_IN_BY_PATH: &[(&str, &[&str])] = &[(
+    "shrinker_zap_race",
+    &[
+        "drivers/android/binder_alloc",
+        "drivers/android/binder/allocation.rs",
+        "drivers/android/binder/range_alloc",
+        "drivers/android/binder/page_range.rs",
+        "mm/list_lru.c",
+    ],
+)];
+
+/// The files a patch changes (`diff --git a/X b/X`, or `+++ b/X` in a plain diff).
+pub fn touched_files(text: &str) -> Vec<String> {
+    let mut out: Vec<String> = vec![];
+    for l in text.lines() {
+        let f = l.strip_prefix("+++ b/").or_else(|| l.strip_prefix("--- a/"));
+        if let Some(f) = f.map(|f| f.split('\t').next().unwrap_or(f).trim().to_string()) {
+            if !out.contains(&f) {
+                out.push(f);
+            }
+        }
+    }
+    out
+}
+
+/// The opt-in cases the patches' files call for.
+pub fn opt_in_cases(files: &[String]) -> Vec<String> {
+    OPT_IN_BY_PATH
+        .iter()
+        .filter(|(_, prefixes)| files.iter().any(|f| prefixes.iter().any(|p| f.starts_with(p))))
+        .map(|(case, _)| case.to_string())
+        .collect()
+}
+
+/// The conformance plan with every default case and `opt_in` besides (opt-in cases run only
+/// when named, so all are named).
+fn conformance_with(opt_in: &[String]) -> Result<Plan> {
+    let plan = load_plan("conformance")?;
+    if opt_in.is_empty() {
+        return Ok(plan);
+    }
+    let names: Vec<String> = labproto::CONFORMANCE_CASES
+        .iter()
+        .filter(|c| !c.opt_in || opt_in.iter().any(|o| o == c.name))
+        .map(|c| c.name.to_string())
+        .collect();
+    crate::harness::adhoc::select_cases(&plan, &names, &[])
+}
+
+/// Each failed case of a conformance gate, run [`RERUNS`] times in one boot of each kernel.
+fn rerun_cases(cases: &[String], t_fl: &str, base_fl: &str, reruns: u32, base: &RunOpts) -> Result<Vec<Rerun>> {
+    let plan = crate::harness::adhoc::select_cases(&load_plan("conformance")?, cases, &[])?;
+    let repeat = |fl: &str| -> Result<Outcome> {
+        let o = RunOpts { repeat: reruns, until_fail: false, ..base.clone() };
+        gate_run(&plan, fl, "conformance", &o)
+    };
+    note(format!("ab: {} failed on the treatment: running it {reruns} times on each kernel", cases.join(", ")));
+    let (t, b) = (repeat(t_fl)?, repeat(base_fl)?);
+    let count = |o: &Outcome, case: &str| -> (u64, u64) {
+        let runs: Vec<labproto::Status> = o.results().filter(|r| r.1 == case).map(|r| r.2).collect();
+        (runs.iter().filter(|s| **s == labproto::Status::Fail).count() as u64, runs.len() as u64)
+    };
+    Ok(cases
+        .iter()
+        .map(|c| {
+            let (tc, bc) = (count(&t, c), count(&b, c));
+            let (p, call) = rerun_call(tc, bc);
+            Rerun {
+                case: c.clone(),
+                treatment: tc,
+                base: bc,
+                p,
+                call: call.into(),
+                run_dirs: vec![t.dir.clone(), b.dir.clone()],
+            }
+        })
+        .collect())
+}
+
+/// The gates, in order: conformance on the perf-side treatment, then on the debug one (with
+/// the opt-in cases the patches call for), KUnit and the fuzzer there. A failing gate runs
+/// once on its base kernel; its failed cases run [`RERUNS`] times more on both kernels; a
+/// failure fails the A/B unless the base shows the same one or the re-runs call it a flake.
+fn gates(
+    t_perf: &str,
+    perf: &str,
+    debug: Option<(&str, &str)>,
+    size: Size,
+    base: &RunOpts,
+    opt_in: &[String],
+    reruns: u32,
+) -> Result<Vec<Gate>> {
     let conformance = load_plan("conformance")?;
     let mut list: Vec<(String, String, String, &str, Plan)> =
-        vec![(format!("conformance-{perf}"), t_perf.into(), perf.into(), "conformance", conformance.clone())];
+        vec![(format!("conformance-{perf}"), t_perf.into(), perf.into(), "conformance", conformance)];
     if let Some((t_dbg, dbg)) = debug {
-        list.push((format!("conformance-{dbg}"), t_dbg.into(), dbg.into(), "conformance", conformance));
+        list.push((format!("conformance-{dbg}"), t_dbg.into(), dbg.into(), "conformance", conformance_with(opt_in)?));
         list.push((format!("kunit-{dbg}"), t_dbg.into(), dbg.into(), "kunit", load_plan("kunit")?));
         list.push((format!("fuzz-{dbg}"), t_dbg.into(), dbg.into(), "fuzz", fuzz_plan(size.fuzz_ops)?));
     }
@@ -382,18 +923,29 @@ fn gates(t_perf: &str, perf: &str, debug: Option<(&str, &str)>, size: Size, base
         let o = gate_run(&plan, &fl, kind, base)?;
         let mut g = Gate {
             name: name.clone(),
-            flavor: fl,
+            flavor: fl.clone(),
             run_dir: o.dir.clone(),
             ok: o.ok(),
             problems: o.problems(),
             excerpt: if o.ok() { String::new() } else { excerpt(&o) },
-            base_fails_too: None,
+            failures: failure_signatures(&o),
+            base_run: None,
+            base_failures: vec![],
+            reruns: vec![],
+            blamed: vec![],
         };
-        if !g.ok {
-            note(format!(
-                "ab: gate {name} failed on the treatment; running it on {base_fl} to see whether the base does too"
-            ));
-            g.base_fails_too = Some(!gate_run(&plan, &base_fl, kind, base)?.ok());
+        if !g.ok && crate::harness::run::interrupted() {
+            g.blamed = g.failures.clone();
+        } else if !g.ok {
+            note(format!("ab: gate {name} failed on the treatment; running it on {base_fl} to compare the failures"));
+            let ob = gate_run(&plan, &base_fl, kind, base)?;
+            g.base_run = Some(ob.dir.clone());
+            g.base_failures = failure_signatures(&ob);
+            let cases = crate::harness::adhoc::failed_cases(&o);
+            if kind == "conformance" && !cases.is_empty() && reruns > 0 {
+                g.reruns = rerun_cases(&cases, &fl, &base_fl, reruns, base)?;
+            }
+            g.blamed = blame(&g.failures, &g.base_failures, &g.reruns);
         }
         out.push(g);
         if crate::harness::run::interrupted() {
@@ -401,6 +953,11 @@ fn gates(t_perf: &str, perf: &str, debug: Option<(&str, &str)>, size: Size, base
         }
     }
     Ok(out)
+}
+
+/// QEMU's `-seed` of boot `boot` (from 0) of a range that starts at `seed_base`.
+pub fn seed_of(seed_base: u32, boot: usize) -> u32 {
+    seed_base.saturating_add(boot as u32)
 }
 
 /// Base and treatment in alternating boots: per boot number (QEMU's `-seed`), both arms, the
@@ -411,6 +968,7 @@ fn perf_runs(
     profile: Profile,
     opts: &RunOpts,
     model: bool,
+    seed_base: u32,
 ) -> Result<Vec<(u32, usize, Outcome)>> {
     let mut items: Vec<(u32, usize, Plan, RunOpts)> = vec![];
     for b in 0..size.boots {
@@ -420,7 +978,7 @@ fn perf_runs(
                 bench::interleaved(&format!("ab-{}", ARMS[arm as usize]), size.reps, &jobs(profile), &[(arm, vec![])]);
             let o = RunOpts {
                 flavor: flavors[arm as usize].into(),
-                qemu_seed: crate::measure::model::seed_of(b),
+                qemu_seed: seed_of(seed_base, b),
                 boot_timeout: boot_timeout(opts.boot_timeout),
                 // The base arm is the same deterministic boot in every A/B of this base: its
                 // results are kept by the content key of its inputs and reused.
@@ -579,33 +1137,54 @@ pub fn run(req: &Request, opts: &RunOpts) -> Result<Report> {
     // One QEMU binary for every boot of the A/B, resolved once (measured: another session's
     // unexported work in the shared QEMU tree failed an A/B at its third boot).
     let opts = &opts.with_qemu_resolved()?;
-    let gate_list =
-        gates(&t_perf, &req.base, debug.as_deref().zip(t_debug.as_deref()).map(|(d, td)| (td, d)), size, opts)?;
+    let files: Vec<String> = patches.iter().flat_map(|p| touched_files(&p.text)).collect();
+    let opt_in = if debug.is_some() { opt_in_cases(&files) } else { vec![] };
+    if !opt_in.is_empty() {
+        note(format!("ab: the patches touch the allocator: the debug conformance gate runs {} too", opt_in.join(", ")));
+    }
+    let gate_list = gates(
+        &t_perf,
+        &req.base,
+        debug.as_deref().zip(t_debug.as_deref()).map(|(d, td)| (td, d)),
+        size,
+        opts,
+        &opt_in,
+        req.reruns,
+    )?;
 
     let (mut metrics, mut perf_problems, mut functions, mut profile_text, mut boots) =
         (BTreeMap::new(), vec![], vec![], String::new(), vec![]);
-    let timing = if req.model { "timing model (--qemu lab --tcg hicount --cache)" } else { "--tcg icount" };
+    let popts = if req.model {
+        crate::measure::freeze::model_opts(opts)?.with_qemu_resolved()?
+    } else {
+        RunOpts { tcg: Tcg::Icount, ..opts.clone() }
+    };
+    let timing = timing_words(&popts);
+    let policy = popts.policy.map(|p| format!("{p:?}").to_lowercase()).unwrap_or_else(|| "the board's default".into());
     // A treatment that fails a gate has no performance worth measuring: its report is the failure.
     let gate_failed = gate_list.iter().any(Gate::fails_ab);
     if gate_failed && !req.no_perf {
         perf_problems.push("not run: a gate failed on the treatment".into());
     }
+    let mut perf = if req.no_perf { Perf::NotAsked } else { Perf::NotRun };
+    let mut samples_all = BootSamples::new();
     if !req.no_perf && !gate_failed && !crate::harness::run::interrupted() {
-        let popts = if req.model {
-            crate::measure::model::opts(opts).with_qemu_resolved()?
-        } else {
-            RunOpts { tcg: Tcg::Icount, ..opts.clone() }
-        };
-        let runs = perf_runs([&req.base, &t_perf], size, req.profile, &popts, req.model)?;
+        let runs = perf_runs([&req.base, &t_perf], size, req.profile, &popts, req.model, req.seed_base)?;
         boots = runs
             .iter()
-            .map(|(arm, b, o)| BootRec {
-                arm: ARMS[*arm as usize].into(),
-                boot: b + 1,
-                seed: crate::measure::model::seed_of(*b),
-                run_dir: o.dir.clone(),
-                wall_s: o.wall_s,
-                reused: o.reused.clone(),
+            .map(|(arm, b, o)| {
+                let fault = fault(o);
+                BootRec {
+                    arm: ARMS[*arm as usize].into(),
+                    boot: b + 1,
+                    seed: seed_of(req.seed_base, *b),
+                    run_dir: o.dir.clone(),
+                    wall_s: o.wall_s,
+                    reused: o.reused.clone(),
+                    excerpt: if fault.is_some() { excerpt(o) } else { String::new() },
+                    problems: o.problems(),
+                    fault,
+                }
             })
             .collect();
         for (arm, b, o) in &runs {
@@ -613,33 +1192,56 @@ pub fn run(req: &Request, opts: &RunOpts) -> Result<Report> {
                 perf_problems.push(format!("{} boot {}: {p} ({})", ARMS[*arm as usize], b + 1, o.dir.display()));
             }
         }
-        metrics = samples::summarise_boots(&boot_samples(&runs, req.model));
+        // Only clean boots give samples: a boot that failed measured something else.
+        let valid: Vec<(u32, usize, Outcome)> = runs.into_iter().filter(|(_, _, o)| fault(o).is_none()).collect();
+        samples_all = boot_samples(&valid, req.model);
+        metrics = samples::summarise_boots(&samples_all);
+        perf = if crate::harness::run::interrupted() { Perf::NotRun } else { Perf::Ran };
         match profile_diff([&req.base, &t_perf], &req.out, req.profile, opts) {
             Ok((text, f)) => (profile_text, functions) = (text, f),
             Err(e) => perf_problems.push(format!("profile: {e:#}")),
         }
     }
-    let rows = perf_rows(&metrics, req.threshold, &expect.unwrap_or_default());
-    let passed = !gate_list.iter().any(Gate::fails_ab) && !rows.iter().any(|r| r.regressed);
+    let rows = perf_rows(&samples_all, req.threshold, &expect.unwrap_or_default());
+    let (verdict, reasons) = decide(&gate_list, &boots, &rows, perf);
+    let trust = if req.model { crate::measure::freeze::trust_lines().unwrap_or_default() } else { vec![] };
     Ok(Report {
         base: req.base.clone(),
         treatment: t_perf,
         patches: t.origins.clone(),
         profile: req.profile,
         size,
-        timing: timing.into(),
+        timing,
+        policy,
+        seed_base: req.seed_base,
+        gates_only: req.no_perf,
         builds,
         gates: gate_list,
         boots,
+        pairing: pairing_gain(&rows),
         rows,
         perf_problems,
         functions,
         threshold: req.threshold,
-        passed,
+        verdict,
+        reasons,
+        trust,
         wall_s: t0.elapsed().as_secs_f64(),
         profile_text,
         metrics,
     })
+}
+
+/// The performance boots' QEMU and timing options, as the command line would give them.
+pub fn timing_words(o: &RunOpts) -> String {
+    let mut w = vec![format!("--qemu {}", if o.qemu == crate::kbuild::qemu::Choice::Lab { "lab" } else { "system" })];
+    w.push(format!("--tcg {}", format!("{:?}", o.tcg).to_lowercase()));
+    for (on, flag) in [(o.cache, "--cache"), (o.dvfs, "--dvfs"), (o.idle, "--idle")] {
+        if on {
+            w.push(flag.into());
+        }
+    }
+    w.join(" ")
 }
 
 fn show(e: Option<Estimate>, metric: &str) -> String {
@@ -660,23 +1262,51 @@ fn show(e: Option<Estimate>, metric: &str) -> String {
     }
 }
 
+/// A problem's first line for a table cell.
+fn brief(p: &str) -> String {
+    let l = p.lines().next().unwrap_or("").replace('|', "/");
+    if l.chars().count() > 120 {
+        format!("{}…", l.chars().take(120).collect::<String>())
+    } else {
+        l
+    }
+}
+
+/// A p-value for the table.
+fn show_p(p: Option<f64>) -> String {
+    match p {
+        Some(p) if p < 0.001 => format!("{p:.1e}"),
+        Some(p) => format!("{p:.3}"),
+        None => "".into(),
+    }
+}
+
 /// ab.md.
 pub fn render(r: &Report, reproducer: &str) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "# A/B: {} against {}\n", r.treatment, r.base);
-    let failing: Vec<&Gate> = r.gates.iter().filter(|g| g.fails_ab()).collect();
-    let regressed: Vec<&PerfRow> = r.rows.iter().filter(|x| x.regressed).collect();
-    let _ = writeln!(
-        s,
-        "**Result: {}** ({} gate(s) failed, {} row(s) worse by more than {}%)\n",
-        if r.passed { "PASS" } else { "FAIL" },
-        failing.len(),
-        regressed.len(),
-        r.threshold
-    );
-    // What failed comes first, with the console.
-    for g in &failing {
-        let _ = writeln!(s, "## FAILED gate {} on {}\n\n{}\n", g.name, g.flavor, g.problems.join("; "));
+    let _ = writeln!(s, "**Verdict: {}**\n", r.verdict.word());
+    for why in &r.reasons {
+        let _ = writeln!(s, "- {why}");
+    }
+    let _ = writeln!(s);
+    // Crashes first, in any boot (the base's too: they make the boot invalid), then the gates.
+    let crashes: Vec<&BootRec> = r.boots.iter().filter(|b| b.fault.is_some()).collect();
+    for b in &crashes {
+        let whose = if b.fails_ab() { "" } else { " (not counted against the patch; the boot is invalid)" };
+        let _ = writeln!(
+            s,
+            "## {} in {} boot {} (-seed {}){whose}\n\n{}\n",
+            b.fault.as_deref().unwrap_or(""),
+            b.arm,
+            b.boot,
+            b.seed,
+            b.problems.iter().map(|p| brief(p)).collect::<Vec<_>>().join("; ")
+        );
+        let _ = writeln!(s, "Run directory: `{}`\n\n```\n{}\n```\n", b.run_dir.display(), b.excerpt);
+    }
+    for g in r.gates.iter().filter(|g| g.fails_ab()) {
+        let _ = writeln!(s, "## FAILED gate {} on {}\n\n{}\n", g.name, g.flavor, g.blamed.join("; "));
         let _ = writeln!(s, "Run directory: `{}`\n\n```\n{}\n```\n", g.run_dir.display(), g.excerpt);
     }
     let _ = writeln!(s, "Patches (in order):\n");
@@ -687,55 +1317,115 @@ pub fn render(r: &Report, reproducer: &str) -> String {
     let _ = writeln!(s, "## Gates on the treatment\n");
     let _ = writeln!(s, "| gate | kernel | result | run |\n| --- | --- | --- | --- |");
     for g in &r.gates {
-        // One line per cell: the first line of each problem (the whole text is above).
-        let brief: Vec<String> = g
-            .problems
-            .iter()
-            .map(|p| {
-                let l = p.lines().next().unwrap_or("").replace('|', "/");
-                if l.chars().count() > 120 {
-                    format!("{}…", l.chars().take(120).collect::<String>())
-                } else {
-                    l
-                }
-            })
-            .collect();
-        let res = match (g.ok, g.base_fails_too) {
-            (true, _) => "pass".to_string(),
-            (false, Some(true)) => format!("fail, the base too (not the patch's): {}", brief.join("; ")),
-            (false, _) => format!("**FAIL**: {}", brief.join("; ")),
+        let res = if g.ok {
+            "pass".to_string()
+        } else if g.fails_ab() {
+            format!("**FAIL**: {}", g.blamed.iter().map(|p| brief(p)).collect::<Vec<_>>().join("; "))
+        } else {
+            format!(
+                "fail, not the patch's (the base fails the same way, or a flake by the re-runs): {}",
+                g.failures.iter().map(|p| brief(p)).collect::<Vec<_>>().join("; ")
+            )
         };
         let _ = writeln!(s, "| {} | {} | {} | `{}` |", g.name, g.flavor, res, g.run_dir.display());
+    }
+    let reruns: Vec<(&Gate, &Rerun)> = r.gates.iter().flat_map(|g| g.reruns.iter().map(move |x| (g, x))).collect();
+    if !reruns.is_empty() {
+        let _ = writeln!(
+            s,
+            "\nFailed cases, run again on both kernels ({RERUNS} times each in one boot): a regression when the \
+             treatment fails more often than the base at Fisher's one-sided p <= {FLAKE_ALPHA} (a flake equally \
+             likely on both is called a regression at most 1% of the time).\n\n\
+             | gate | case | treatment fails | base fails | p | call |\n| --- | --- | --- | --- | --- | --- |"
+        );
+        for (g, x) in reruns {
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} of {} | {} of {} | {} | {} |",
+                g.name,
+                x.case,
+                x.treatment.0,
+                x.treatment.1,
+                x.base.0,
+                x.base.1,
+                show_p(Some(x.p)),
+                x.call
+            );
+        }
+    }
+    let _ = writeln!(
+        s,
+        "\n## The run\n\nPerformance boots: {} (`{}`), policy {}, QEMU `-seed` {} to {}.",
+        if r.gates_only { "none (gates only)" } else { "base and treatment alternating" },
+        r.timing,
+        r.policy,
+        r.seed_base,
+        seed_of(r.seed_base, r.size.boots.saturating_sub(1))
+    );
+    if !r.trust.is_empty() {
+        let _ = writeln!(s, "\nHow far the timing model is to be trusted (generated from `freeze/`):\n");
+        for l in &r.trust {
+            let _ = writeln!(s, "{l}");
+        }
     }
     if !r.rows.is_empty() {
         let _ = writeln!(
             s,
-            "\n## Performance: seed workloads, {} boots per arm alternating ({}), {} repetition(s) per boot\n",
-            r.size.boots, r.timing, r.size.reps
+            "\n## Performance: seed workloads, {} boots per arm alternating, {} repetition(s) per boot\n",
+            r.size.boots, r.size.reps
         );
         let _ = writeln!(
             s,
-            "Median [95% CI]; the intervals resample boots, then the repetitions in them. Verdict: a change beyond \
-             ±{}% whose CI excludes 0; no change when the whole CI of the change lies within ±{}%; fewer than {} \
-             boots per arm: n/a. A row fails the A/B when it is worse by more than {}%.\n",
-            table::DEAD_BAND_PCT,
-            table::DEAD_BAND_PCT,
+            "Median [95% CI]; the change's interval resamples pairs of boots with the same `-seed` (where at least {} \
+             pairs are valid), else each arm's boots on their own, then the repetitions in them. Direction at 95%: a \
+             change beyond ±{}% whose CI excludes 0; no change when the whole CI lies within ±{}%. **Verdict rows** \
+             (primary, declared in advance): a one-sided permutation test on the boots' medians, Holm over the {} \
+             primary rows at a family-wise {}; a primary row fails the A/B when it is significantly worse and worse by \
+             more than {}%, and the performance verdict is inconclusive when a primary row could not have detected a \
+             change of that size (MDC: the smallest change detectable with {}% power at these boots). The other rows \
+             are exploratory.\n",
             table::MIN_SAMPLES,
-            r.threshold
+            table::DEAD_BAND_PCT,
+            table::DEAD_BAND_PCT,
+            PRIMARY.len(),
+            ALPHA,
+            r.threshold,
+            (POWER * 100.0) as u32
         );
+        if let Some((med, lo, hi, n)) = r.pairing {
+            let _ = writeln!(
+                s,
+                "Pairing by seed: the change's interval is {:.0}% of the unpaired one's width (median over {n} rows; \
+                 {:.0}% to {:.0}%).\n",
+                med * 100.0,
+                lo * 100.0,
+                hi * 100.0
+            );
+        }
         let has_expect = r.rows.iter().any(|x| x.expect.is_some());
-        let _ = write!(s, "| metric | base | treatment | Δ% [CI] | verdict |");
+        let _ = write!(s, "| metric | base | treatment | Δ% [CI] | direction | verdict row | p (worse) | MDC |");
         let _ = writeln!(s, "{}", if has_expect { " claimed | mark |" } else { "" });
-        let _ = writeln!(s, "| --- | --- | --- | --- | --- |{}", if has_expect { " --- | --- |" } else { "" });
-        for x in &r.rows {
-            let v = if x.regressed { format!("**{}**", x.verdict) } else { x.verdict.clone() };
+        let _ = writeln!(
+            s,
+            "| --- | --- | --- | --- | --- | --- | --- | --- |{}",
+            if has_expect { " --- | --- |" } else { "" }
+        );
+        for x in r.rows.iter().filter(|x| x.primary).chain(r.rows.iter().filter(|x| !x.primary)) {
+            let mdc = match x.mdc_pct {
+                Some(m) => format!("{m:.1}%"),
+                None if x.p_worse.is_some() => "none".into(),
+                None => "".into(),
+            };
             let _ = write!(
                 s,
-                "| {} | {} | {} | {} | {v} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {mdc} |",
                 x.metric,
                 show(x.base, &x.metric),
                 show(x.treatment, &x.metric),
-                table::show_delta(x.delta_pct)
+                table::show_delta(x.delta_pct),
+                x.verdict,
+                x.judgement.show(x.mdc_pct),
+                show_p(x.p_worse)
             );
             if has_expect {
                 let _ = match &x.expect {
@@ -847,26 +1537,53 @@ mod tests {
         assert_eq!(verdict(m, None), "n/a");
     }
 
+    /// Boot samples: per metric, 5 boots per arm of one value each, `spread` apart in %, the
+    /// treatment moved by `shift` %.
+    fn boots_of(metrics: &[(&str, f64, f64)], spread: f64) -> BootSamples {
+        let mut all = BootSamples::new();
+        for (m, base, shift) in metrics {
+            let arms = all.entry(m.to_string()).or_default();
+            let noise = [0.0, 1.0, -1.0, 0.5, -0.5];
+            arms.insert(0, noise.iter().map(|n| vec![base * (1.0 + n * spread / 100.0)]).collect());
+            arms.insert(
+                1,
+                noise.iter().rev().map(|n| vec![base * (1.0 + shift / 100.0) * (1.0 + n * spread / 100.0)]).collect(),
+            );
+        }
+        all
+    }
+
     #[test]
-    fn rows_regress_beyond_the_threshold_and_carry_expect_marks() {
-        let mut rows = BTreeMap::new();
-        let row = |d: Estimate| Row {
-            per_mode: [(0, est(100.0, 99.0, 101.0, 5)), (1, est(100.0 + d.value, 0.0, 0.0, 5))].into(),
-            delta_pct: [(1, d)].into(),
-        };
-        rows.insert("throughput.iterations_per_sec".to_string(), row(est(-3.0, -4.0, -2.0, 5)));
-        rows.insert("throughput.p99_ms".to_string(), row(est(8.0, 6.0, 10.0, 5)));
-        rows.insert("unlisted.metric".to_string(), row(est(8.0, 6.0, 10.0, 5)));
-        let expect: BTreeMap<String, f64> = [("throughput.iterations_per_sec".to_string(), 12.7)].into();
-        let r = perf_rows(&rows, 5.0, &expect);
-        assert_eq!(
-            r.iter().map(|x| x.metric.as_str()).collect::<Vec<_>>(),
-            ["throughput.iterations_per_sec", "throughput.p99_ms"]
+    fn primary_rows_regress_beyond_the_threshold_and_carry_expect_marks() {
+        let s = boots_of(
+            &[
+                ("throughput.iterations_per_sec", 4000.0, -3.0),
+                ("throughput.avg_ms", 1.8, 8.0),
+                ("throughput-w2.iterations_per_sec", 4500.0, 0.0),
+                ("throughput-w2.avg_ms", 0.4, 0.0),
+                ("throughput.p99_ms", 9.0, 20.0),
+            ],
+            1.0,
         );
-        assert_eq!((r[0].verdict.as_str(), r[0].regressed), ("worse", false), "3% is within a 5% threshold");
-        assert_eq!((r[1].verdict.as_str(), r[1].regressed), ("worse", true));
-        assert_eq!(r[0].expect, Some(("✗".to_string(), 12.7)));
-        assert_eq!(r[1].expect, None);
+        let expect: BTreeMap<String, f64> = [("throughput.iterations_per_sec".to_string(), 12.7)].into();
+        let r = perf_rows(&s, 5.0, &expect);
+        let get = |m: &str| r.iter().find(|x| x.metric == m).unwrap();
+        let t = get("throughput.iterations_per_sec");
+        // 3% worse, significant, but within a 5% threshold: not a regression.
+        assert_eq!((t.verdict.as_str(), t.regressed, t.judgement), ("worse", false, Judgement::Pass));
+        assert_eq!(t.p_worse, Some(1.0 / 252.0));
+        assert_eq!(t.expect, Some(("✗".to_string(), 12.7)));
+        let a = get("throughput.avg_ms");
+        assert_eq!((a.regressed, a.judgement), (true, Judgement::Regressed));
+        assert!(a.mdc_pct.unwrap() < 5.0, "{:?}", a.mdc_pct);
+        // 20% worse, but exploratory: shown, never a regression.
+        let p99 = get("throughput.p99_ms");
+        assert_eq!((p99.verdict.as_str(), p99.regressed, p99.judgement), ("worse", false, Judgement::Exploratory));
+        assert_eq!(get("throughput-w2.avg_ms").judgement, Judgement::Pass);
+        assert!(r.iter().all(|x| x.boots == [5, 5] && x.paired));
+        // The same rows with 20% spread between boots cannot detect 5%: inconclusive rows.
+        let wide = perf_rows(&boots_of(&[("throughput-w2.avg_ms", 0.4, 0.0)], 20.0), 5.0, &BTreeMap::new());
+        assert_eq!(wide[0].judgement, Judgement::Underpowered, "{:?}", wide[0].mdc_pct);
     }
 
     #[test]
@@ -885,59 +1602,292 @@ mod tests {
         assert!(err.contains("no rows with `metric`"), "{err}");
     }
 
-    #[test]
-    fn a_failed_gate_comes_first_with_its_console_and_one_table_line() {
-        let gate = |name: &str, ok: bool, base: Option<bool>| Gate {
+    fn gate(name: &str, ok: bool, failures: &[&str], base_failures: &[&str]) -> Gate {
+        let failures: Vec<String> = failures.iter().map(|f| f.to_string()).collect();
+        let base_failures: Vec<String> = base_failures.iter().map(|f| f.to_string()).collect();
+        Gate {
             name: name.into(),
             flavor: "perf+ab-0123456789ab".into(),
             run_dir: "/runs/x".into(),
             ok,
             problems: if ok { vec![] } else { vec!["kernel splat (warning):\n[ 5.6] WARNING: x | y".into()] },
             excerpt: if ok { String::new() } else { "warning (console line 12):\n[ 5.6] WARNING: x".into() },
-            base_fails_too: base,
-        };
-        let r = Report {
-            base: "perf".into(),
-            treatment: "perf+ab-0123456789ab".into(),
-            patches: vec!["a.patch".into()],
-            profile: Profile::Quick,
-            size: Size::of(Profile::Quick),
-            timing: "--tcg icount".into(),
-            builds: vec![],
-            gates: vec![gate("conformance-perf", false, Some(false)), gate("kunit-debug", false, Some(true))],
-            boots: vec![],
-            rows: vec![],
-            perf_problems: vec![],
-            functions: vec![],
-            threshold: 5.0,
-            passed: false,
-            wall_s: 1.0,
-            profile_text: String::new(),
-            metrics: BTreeMap::new(),
-        };
-        let md = render(&r, "cargo make ab --patch a.patch");
-        let first = md.find("## FAILED gate conformance-perf").expect(&md);
-        assert!(first < md.find("## Gates on the treatment").unwrap(), "{md}");
-        assert!(md.contains("```\nwarning (console line 12):"), "{md}");
-        // The base fails KUnit too: listed, not a failure of the A/B.
-        assert!(!md.contains("## FAILED gate kunit-debug"), "{md}");
-        let rows: Vec<&str> =
-            md.lines().filter(|l| l.starts_with("| conformance-perf") || l.starts_with("| kunit")).collect();
-        assert_eq!(rows.len(), 2, "{md}");
-        assert!(rows[0].contains("**FAIL**: kernel splat (warning):") && rows[0].ends_with("`/runs/x` |"), "{md}");
-        assert!(rows[1].contains("the base too"), "{md}");
+            blamed: if ok { vec![] } else { blame(&failures, &base_failures, &[]) },
+            failures,
+            base_run: None,
+            base_failures,
+            reruns: vec![],
+        }
     }
 
-    #[test]
-    fn the_report_names_the_reused_boots() {
-        let boot = |arm: &str, b: usize, reused: bool| BootRec {
+    fn boot(arm: &str, b: usize, fault: Option<&str>) -> BootRec {
+        BootRec {
             arm: arm.into(),
             boot: b,
             seed: b as u32,
             run_dir: "/runs/x".into(),
             wall_s: 1.0,
-            reused: reused.then(|| "0123".into()),
+            reused: None,
+            fault: fault.map(str::to_string),
+            problems: fault
+                .map(|f| vec![format!("guest kernel panic ({f}):\nKernel panic - not syncing: x")])
+                .unwrap_or_default(),
+            excerpt: if fault.is_some() {
+                "panic (console line 40):\n[ 9.1] Kernel panic - not syncing: x".into()
+            } else {
+                String::new()
+            },
+        }
+    }
+
+    fn report(gates: Vec<Gate>, boots: Vec<BootRec>, rows: Vec<PerfRow>) -> Report {
+        let perf = if boots.is_empty() { Perf::NotAsked } else { Perf::Ran };
+        let (verdict, reasons) = decide(&gates, &boots, &rows, perf);
+        Report {
+            base: "perf".into(),
+            treatment: "perf+ab-0123456789ab".into(),
+            patches: vec!["a.patch".into()],
+            profile: Profile::Quick,
+            size: Size::of(Profile::Quick),
+            timing: "--qemu system --tcg icount".into(),
+            policy: "phone".into(),
+            seed_base: 1,
+            gates_only: boots.is_empty(),
+            builds: vec![],
+            gates,
+            boots,
+            pairing: pairing_gain(&rows),
+            rows,
+            perf_problems: vec![],
+            functions: vec![],
+            threshold: 5.0,
+            verdict,
+            reasons,
+            trust: vec![],
+            wall_s: 1.0,
+            profile_text: String::new(),
+            metrics: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn a_failed_gate_comes_first_with_its_console_and_one_table_line() {
+        let sig = "warning: WARNING: CPU: N PID: N at drivers/android/binder/process.rs:N version";
+        let r = report(
+            vec![
+                gate("conformance-perf", false, &[sig], &[]),
+                // The base panics in the same KUnit suite the same way: not the patch's.
+                gate(
+                    "kunit-debug",
+                    false,
+                    &["panic: Kernel panic - not syncing: x"],
+                    &["panic: Kernel panic - not syncing: x"],
+                ),
+            ],
+            vec![],
+            vec![],
+        );
+        assert_eq!(r.verdict, AbVerdict::Failed);
+        let md = render(&r, "cargo make ab --patch a.patch");
+        assert!(md.starts_with("# A/B: perf+ab-0123456789ab against perf\n\n**Verdict: failed**\n"), "{md}");
+        let first = md.find("## FAILED gate conformance-perf").expect(&md);
+        assert!(first < md.find("## Gates on the treatment").unwrap(), "{md}");
+        assert!(md.contains("```\nwarning (console line 12):"), "{md}");
+        assert!(!md.contains("## FAILED gate kunit-debug"), "{md}");
+        let rows: Vec<&str> =
+            md.lines().filter(|l| l.starts_with("| conformance-perf") || l.starts_with("| kunit")).collect();
+        assert_eq!(rows.len(), 2, "{md}");
+        assert!(rows[0].contains("**FAIL**: warning: WARNING") && rows[0].ends_with("`/runs/x` |"), "{md}");
+        assert!(rows[1].contains("not the patch's"), "{md}");
+    }
+
+    #[test]
+    fn the_base_excuses_only_the_same_failure() {
+        let warn_a = "warning: WARNING: CPU: N PID: N at drivers/android/binder/process.rs:N version";
+        let warn_b = "warning: WARNING: CPU: N PID: N at drivers/android/binder/thread.rs:N reply";
+        // Another splat on the base is no excuse; nor is a timeout for a splat.
+        assert_eq!(blame(&[warn_a.into()], &[warn_b.into()], &[]), [warn_a]);
+        assert_eq!(blame(&[warn_a.into()], &["timeout in boot".into()], &[]), [warn_a]);
+        assert!(blame(&[warn_a.into()], &[warn_b.into(), warn_a.into()], &[]).is_empty());
+        // A case failure with re-runs goes by their call, whatever the base's one run said.
+        let rerun = |call: &str| Rerun {
+            case: "thread_pool".into(),
+            treatment: (0, 20),
+            base: (0, 20),
+            p: 1.0,
+            call: call.into(),
+            run_dirs: vec![],
         };
+        assert!(blame(&["case thread_pool".into()], &[], &[rerun("flake")]).is_empty());
+        assert_eq!(
+            blame(&["case thread_pool".into()], &["case thread_pool".into()], &[rerun("regression")]),
+            ["case thread_pool"]
+        );
+        assert_eq!(blame(&["case leaks".into()], &[], &[rerun("flake")]), ["case leaks"]);
+        assert_eq!(
+            blame(&["case thread_pool".into()], &[], &[rerun("no result in the re-runs")]),
+            ["case thread_pool"]
+        );
+    }
+
+    #[test]
+    fn reruns_tell_a_flake_from_a_regression() {
+        assert_eq!(rerun_call((20, 20), (0, 20)).1, "regression");
+        assert_eq!(rerun_call((7, 20), (0, 20)).1, "regression");
+        assert_eq!(rerun_call((6, 20), (0, 20)).1, "flake", "p = 0.0101 > 0.01");
+        assert_eq!(rerun_call((1, 20), (0, 20)).1, "flake");
+        assert_eq!(rerun_call((2, 20), (3, 20)).1, "the base fails it too");
+        assert_eq!(rerun_call((20, 20), (20, 20)).1, "the base fails it too");
+        assert_eq!(rerun_call((0, 0), (0, 20)).1, "no result in the re-runs");
+        // The rule's error rates: a flake failing with the same probability q on both kernels
+        // is called a regression at most FLAKE_ALPHA of the time (Fisher's test is exact,
+        // conditional on the failures' total); a patch that makes the case fail half the time
+        // on a base that never fails it is found at least 94% of the time.
+        use statrs::distribution::{Binomial, Discrete};
+        let n = u64::from(RERUNS);
+        let call_p = |qt: f64, qb: f64| -> f64 {
+            let (bt, bb) = (Binomial::new(qt, n).unwrap(), Binomial::new(qb, n).unwrap());
+            let mut p = 0.0;
+            for t in 0..=n {
+                for b in 0..=n {
+                    if rerun_call((t, n), (b, n)).1 == "regression" {
+                        p += bt.pmf(t) * bb.pmf(b);
+                    }
+                }
+            }
+            p
+        };
+        for q in [0.05, 0.2, 0.5, 0.8] {
+            assert!(call_p(q, q) <= FLAKE_ALPHA, "flake rate {q}: {}", call_p(q, q));
+        }
+        assert!(call_p(0.5, 0.0) >= 0.94, "{}", call_p(0.5, 0.0));
+        assert!(call_p(1.0, 0.0) > 0.999);
+    }
+
+    #[test]
+    fn a_crash_in_a_performance_boot_fails_the_ab_and_comes_first() {
+        // The treatment's third boot panicked; every row of the other boots is fine.
+        let mut boots: Vec<BootRec> =
+            (1..=5).flat_map(|b| [boot("base", b, None), boot("treatment", b, None)]).collect();
+        boots[5] = boot("treatment", 3, Some("crash"));
+        let r = report(vec![gate("conformance-perf", true, &[], &[])], boots, vec![]);
+        assert_eq!(r.verdict, AbVerdict::Failed);
+        assert_eq!(r.verdict.exit().code(), 1);
+        assert!(r.reasons[0].starts_with("crash in treatment boot 3 (-seed 3): guest kernel panic"), "{:?}", r.reasons);
+        let md = render(&r, "x");
+        let crash = md.find("## crash in treatment boot 3 (-seed 3)").expect(&md);
+        assert!(crash < md.find("## Gates on the treatment").unwrap(), "{md}");
+        assert!(md.contains("```\npanic (console line 40):"), "{md}");
+        // The same crash in a base boot only makes that boot invalid: then too few valid boots.
+        let mut boots: Vec<BootRec> =
+            (1..=5).flat_map(|b| [boot("base", b, None), boot("treatment", b, None)]).collect();
+        boots[4] = boot("base", 3, Some("crash"));
+        let r = report(vec![], boots, vec![]);
+        assert_eq!(r.verdict, AbVerdict::Inconclusive, "{:?}", r.reasons);
+        assert!(r.reasons[0].starts_with("4 valid base boot(s) of 5"), "{:?}", r.reasons);
+        assert!(render(&r, "x").contains("## crash in base boot 3 (-seed 3) (not counted against the patch"));
+        // A harness fault in a treatment boot is not the patch's either.
+        let mut boots: Vec<BootRec> =
+            (1..=5).flat_map(|b| [boot("base", b, None), boot("treatment", b, None)]).collect();
+        boots[1] = boot("treatment", 1, Some(HARNESS_FAULT));
+        assert_eq!(report(vec![], boots, vec![]).verdict, AbVerdict::Inconclusive);
+    }
+
+    #[test]
+    fn verdicts_and_their_exit_codes() {
+        let clean: Vec<BootRec> = (1..=5).flat_map(|b| [boot("base", b, None), boot("treatment", b, None)]).collect();
+        let all_primary: Vec<(&str, f64, f64)> = PRIMARY.iter().map(|m| (*m, 100.0, 0.0)).collect();
+        let rows = perf_rows(&boots_of(&all_primary, 1.0), 5.0, &BTreeMap::new());
+        let r = report(vec![gate("g", true, &[], &[])], clean.clone(), rows);
+        assert_eq!((r.verdict, r.verdict.exit().code()), (AbVerdict::Passed, 0), "{:?}", r.reasons);
+        // A primary row missing: not judged, so no pass.
+        let rows = perf_rows(&boots_of(&all_primary[..3], 1.0), 5.0, &BTreeMap::new());
+        let r = report(vec![], clean.clone(), rows);
+        assert_eq!((r.verdict, r.verdict.exit().code()), (AbVerdict::Inconclusive, 204));
+        assert_eq!(r.reasons, ["primary row throughput-w2.avg_ms: no values"]);
+        // Gates only: the gates decide.
+        let r = report(vec![gate("g", true, &[], &[])], vec![], vec![]);
+        assert_eq!(r.verdict, AbVerdict::Passed);
+        assert!(render(&r, "x").contains("Performance boots: none (gates only)"));
+        // Pairing's gain is stated.
+        let rows = perf_rows(&boots_of(&all_primary, 1.0), 5.0, &BTreeMap::new());
+        let md = render(&report(vec![], clean, rows), "x");
+        assert!(md.contains("Pairing by seed: the change's interval is"), "{md}");
+    }
+
+    /// Synthetic A/A and A/B runs of the primary rows: 5 boots per arm, each boot's value
+    /// log-normal with `sd` (a fraction), a seed effect shared by the pair with `seed_sd`, the
+    /// treatment moved by `shift` (a fraction) on `row`. Returns whether the verdict failed.
+    fn simulate(
+        rng: &mut rand_chacha::ChaCha12Rng,
+        sd: f64,
+        seed_sd: f64,
+        shift: f64,
+        row: usize,
+        threshold: f64,
+    ) -> bool {
+        use rand::Rng;
+        let mut normal = || {
+            let (u, v): (f64, f64) = (rng.random_range(f64::EPSILON..1.0), rng.random());
+            (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
+        };
+        let tests: Vec<(Option<f64>, Option<f64>)> = PRIMARY
+            .iter()
+            .enumerate()
+            .map(|(i, m)| {
+                let (mut b, mut t) = (vec![], vec![]);
+                for _ in 0..5 {
+                    let seed = seed_sd * normal();
+                    b.push(100.0 * (seed + sd * normal()).exp());
+                    let moved = if i == row { worse_by(m, shift) } else { 1.0 };
+                    t.push(100.0 * moved * (seed + sd * normal()).exp());
+                }
+                let (lb, lt) = (worse_logs(m, &b).unwrap(), worse_logs(m, &t).unwrap());
+                let d =
+                    table::pct(crate::measure::stats::median(&b).unwrap(), crate::measure::stats::median(&t).unwrap());
+                (crate::measure::stats::perm_p_greater(&lb, &lt), Some(d))
+            })
+            .collect();
+        regressions(&tests, threshold).iter().any(|r| *r)
+    }
+
+    /// The factor that makes `metric` worse by `shift` (a fraction).
+    fn worse_by(metric: &str, shift: f64) -> f64 {
+        match better(metric) {
+            Some(crate::measure::gate::Better::Higher) => 1.0 / (1.0 + shift),
+            _ => 1.0 + shift,
+        }
+    }
+
+    #[test]
+    fn the_design_bounds_false_alarms_and_has_power() {
+        use rand::SeedableRng;
+        let mut rng = rand_chacha::ChaCha12Rng::seed_from_u64(35);
+        let runs = 2000;
+        let rate = |rng: &mut rand_chacha::ChaCha12Rng, seed_sd: f64, shift: f64, threshold: f64| {
+            (0..runs).filter(|_| simulate(rng, 0.01, seed_sd, shift, 1, threshold)).count() as f64 / runs as f64
+        };
+        // A/A: the family-wise rate of a failed verdict, with no threshold at all (Holm's
+        // bound alone), boots independent (the hardest case: a seed effect shared by the pair
+        // only makes the unpaired test more cautious), and with the default 5% threshold.
+        let aa0 = rate(&mut rng, 0.0, 0.0, 0.0);
+        assert!(aa0 <= ALPHA, "A/A failed {aa0} of the time with no threshold");
+        assert!(rate(&mut rng, 0.02, 0.0, 0.0) <= aa0);
+        assert_eq!(rate(&mut rng, 0.02, 0.0, 5.0), 0.0);
+        // A/B: 10% worse on one row (1% noise per boot) fails nearly always; 7%, near the 5%
+        // threshold, in at least 9 of 10 runs.
+        assert!(rate(&mut rng, 0.02, 0.10, 5.0) >= 0.99);
+        let near = rate(&mut rng, 0.02, 0.07, 5.0);
+        assert!(near >= 0.9, "7% regression found {near} of the time");
+        // A careless design, Holm over 29 rows two-sided, can never fail at 5 boots per arm:
+        // its first step needs p <= 0.05 / 29 / 2 < 1/252.
+        assert!(0.05 / 29.0 / 2.0 < crate::measure::stats::perm_min_p(5, 5));
+    }
+
+    #[test]
+    fn the_report_names_the_reused_boots() {
+        let boot =
+            |arm: &str, b: usize, reused: bool| BootRec { reused: reused.then(|| "0123".into()), ..boot(arm, b, None) };
         assert_eq!(reuse_line(&[boot("base", 1, false), boot("treatment", 1, false)]), None);
         let line = reuse_line(&[boot("base", 1, true), boot("treatment", 1, false), boot("base", 2, true)]).unwrap();
         assert!(line.starts_with("Reused, not booted: 2 of 3 boots"), "{line}");
@@ -954,6 +1904,30 @@ mod tests {
         let long = std::time::Duration::from_secs(100_000);
         assert_eq!(boot_timeout(long), long);
         assert!(boot_timeout(std::time::Duration::from_secs(60)) >= MIN_BOOT_TIMEOUT);
+    }
+
+    #[test]
+    fn allocator_patches_bring_the_zap_race_into_the_debug_gate() {
+        let dir = paths::repo().join("c-reference");
+        let first = std::fs::read_to_string(dir.join("series")).unwrap();
+        let name = first.lines().find(|l| !l.starts_with('#') && !l.trim().is_empty()).unwrap();
+        let c_ref = std::fs::read_to_string(dir.join(name.trim())).unwrap();
+        let files = touched_files(&c_ref);
+        assert!(files.iter().any(|f| f.starts_with("drivers/android/binder_alloc")), "{files:?}");
+        assert_eq!(opt_in_cases(&files), ["shrinker_zap_race"]);
+        let delay = std::fs::read_to_string(paths::repo().join("tests/data/ab/c-delay.patch")).unwrap();
+        assert_eq!(touched_files(&delay), ["drivers/android/binder.c"]);
+        assert!(opt_in_cases(&touched_files(&delay)).is_empty());
+        let plan = conformance_with(&["shrinker_zap_race".to_string()]).unwrap();
+        let argv = plan.steps.iter().find(|s| s.argv[0].ends_with("binder-conformance")).unwrap().argv.join(" ");
+        assert!(argv.contains("--case shrinker_zap_race") && argv.contains("--case thread_pool"), "{argv}");
+    }
+
+    #[test]
+    fn seed_ranges_start_where_asked() {
+        assert_eq!((seed_of(1, 0), seed_of(1, 4)), (1, 5), "the default range is the stored boots'");
+        assert_eq!((seed_of(101, 0), seed_of(101, 4)), (101, 105));
+        assert_eq!(seed_of(u32::MAX, 3), u32::MAX);
     }
 
     #[test]

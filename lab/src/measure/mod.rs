@@ -3,6 +3,7 @@
 
 pub mod ab;
 pub mod bench;
+pub mod freeze;
 pub mod gate;
 pub mod matrix;
 pub mod model;

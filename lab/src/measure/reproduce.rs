@@ -380,6 +380,18 @@ impl Experiment {
         Experiment { outcomes, ..Experiment::from_events(&events) }
     }
 
+    /// [`Experiment::new`] for outcomes that are each one boot with its own QEMU `-seed` (the
+    /// timing model's `--boots`): the intervals resample boots, so the repetitions inside a
+    /// deterministic boot count as one boot, never as as many independent samples.
+    pub fn by_boots(outcomes: Vec<Outcome>) -> Experiment {
+        let mut all = samples::BootSamples::new();
+        for (b, o) in outcomes.iter().enumerate() {
+            samples::add_boot(&mut all, b, &samples::collect(&o.events));
+        }
+        let events: Vec<Event> = outcomes.iter().flat_map(|o| o.events.iter().cloned()).collect();
+        Experiment { rows: samples::summarise_boots(&all), samples: samples::pooled(&all), outcomes, events }
+    }
+
     /// From saved events only (no runs): for re-analysing a finished reproduction.
     fn from_events(events: &[Event]) -> Experiment {
         let samples = samples::collect(events);
@@ -645,7 +657,12 @@ fn run_sized(
         by_seed.entry(seed).or_default().push(o);
     }
     let mut experiment = |seed: &str| Experiment::new(by_seed.remove(seed).unwrap_or_default());
-    let (s0, s0c, s1, s2) = (experiment("000"), experiment("000c"), experiment("001"), experiment("002"));
+    let (s0, s0c, s2) = (experiment("000"), experiment("000c"), experiment("002"));
+    // Seed 001 on the model: one boot per -seed and driver, its intervals over boots.
+    let s1 = match model_boots {
+        Some(_) => Experiment::by_boots(by_seed.remove("001").unwrap_or_default()),
+        None => experiment("001"),
+    };
     let text = render(&seeds, &[&s0, &s0c], &s1, &s2, sizes);
     std::fs::create_dir_all(out)?;
     write_plots(out, &s1, &s2)?;
@@ -676,6 +693,35 @@ mod tests {
         }
         let rows = samples::summarise(&s);
         (s, rows)
+    }
+
+    /// Seed 001 on the model: 3 boots of 3 repetitions each are 3 samples, not 9.
+    #[test]
+    fn one_boot_never_counts_as_several() {
+        use crate::harness::outcome::tests::three_problems;
+        let boot = |v: f64| {
+            let mut o = three_problems();
+            o.events = (0..3)
+                .map(|r| Event::Result {
+                    step: samples::step_name("throughput-w2", 0, r),
+                    case: "throughput".into(),
+                    status: labproto::Status::Pass,
+                    duration_ms: 0.0,
+                    message: None,
+                    data: serde_json::json!({ "iterations_per_sec": v + r as f64 }),
+                })
+                .collect();
+            o
+        };
+        let outcomes: Vec<Outcome> = [1000.0, 1100.0, 1200.0].into_iter().map(boot).collect();
+        let e =
+            Experiment::by_boots(outcomes.clone()).rows.remove("throughput-w2.iterations_per_sec").unwrap().per_mode
+                [&0];
+        assert_eq!((e.n, e.boots, crate::measure::table::units(&e)), (9, 3, 3));
+        assert!(crate::measure::table::too_few(&e), "3 boots are too few, whatever their repetitions");
+        // Pooled, the same boots would pass for 9 independent samples.
+        let flat = Experiment::new(outcomes).rows.remove("throughput-w2.iterations_per_sec").unwrap().per_mode[&0];
+        assert_eq!(crate::measure::table::units(&flat), 9);
     }
 
     #[test]

@@ -178,6 +178,146 @@ pub fn delta_pct_ci_boots(base: &[Vec<f64>], other: &[Vec<f64>]) -> Option<Estim
     Some(Estimate { value, lo, hi, n: ab.len().min(ao.len()), boots: b.len().min(o.len()) })
 }
 
+/// [`delta_pct_ci_boots`] for boots paired by their number (base and treatment boot `i` ran
+/// with the same QEMU `-seed`): the resample draws pair numbers, so whatever a seed does to
+/// both arms alike cancels out of the change. Only the numbers with samples in both arms count.
+pub fn delta_pct_ci_paired(base: &[Vec<f64>], other: &[Vec<f64>]) -> Option<Estimate> {
+    let pairs: Vec<(Vec<f64>, Vec<f64>)> = base
+        .iter()
+        .zip(other)
+        .map(|(b, o)| (sorted(b), sorted(o)))
+        .filter(|(b, o)| !b.is_empty() && !o.is_empty())
+        .collect();
+    let (ab, ao): (Vec<f64>, Vec<f64>) =
+        (pairs.iter().flat_map(|p| p.0.clone()).collect(), pairs.iter().flat_map(|p| p.1.clone()).collect());
+    let value = change_pct(median(&ab)?, median(&ao)?)?;
+    let (mut bb, mut ob) = (Vec::with_capacity(ab.len()), Vec::with_capacity(ao.len()));
+    let (lo, hi) = interval(SEED ^ 0xb2, |rng| {
+        bb.clear();
+        ob.clear();
+        for _ in 0..pairs.len() {
+            let (b, o) = &pairs[rng.random_range(0..pairs.len())];
+            bb.extend((0..b.len()).map(|_| b[rng.random_range(0..b.len())]));
+            ob.extend((0..o.len()).map(|_| o[rng.random_range(0..o.len())]));
+        }
+        change_pct(median(&bb)?, median(&ob)?)
+    });
+    Some(Estimate { value, lo, hi, n: ab.len().min(ao.len()), boots: pairs.len() })
+}
+
+/// Splits enumerated exactly up to this many; beyond, a fixed-seed Monte Carlo sample.
+const EXACT_SPLITS: u64 = 200_000;
+const MONTE_CARLO_SPLITS: usize = 20_000;
+
+fn choose(n: u64, k: u64) -> u64 {
+    (0..k).fold(1u64, |acc, i| acc.saturating_mul(n - i) / (i + 1))
+}
+
+/// The one-sided permutation p-value that `y`'s mean exceeds `x`'s: the share of all ways
+/// to split the pooled values into groups of these sizes whose difference of means is at
+/// least the observed one (ties count, the observed split is one of them). Exact under
+/// exchangeability (an A/A), whatever the values' distribution; its smallest value is
+/// 1 / C(n_x + n_y, n_y): 1/252 = 0.004 for 5 against 5.
+pub fn perm_p_greater(x: &[f64], y: &[f64]) -> Option<f64> {
+    if x.is_empty() || y.is_empty() {
+        return None;
+    }
+    let all: Vec<f64> = x.iter().chain(y).copied().collect();
+    let (n, k) = (all.len(), y.len());
+    // The difference of means is monotone in the sum of the `y` group for fixed sizes.
+    let observed: f64 = y.iter().sum();
+    let tol = 1e-9 * (1.0 + observed.abs());
+    let splits = choose(n as u64, k as u64);
+    if splits <= EXACT_SPLITS && n < 64 {
+        let (mut hits, mut count) = (0u64, 0u64);
+        let mut idx: Vec<usize> = (0..k).collect();
+        loop {
+            count += 1;
+            if idx.iter().map(|&i| all[i]).sum::<f64>() >= observed - tol {
+                hits += 1;
+            }
+            // The next k-combination in lexicographic order.
+            let Some(pos) = (0..k).rev().find(|&i| idx[i] != i + n - k) else { break };
+            idx[pos] += 1;
+            for j in pos + 1..k {
+                idx[j] = idx[j - 1] + 1;
+            }
+        }
+        return Some(hits as f64 / count as f64);
+    }
+    let mut rng = Prng::seed_from_u64(SEED ^ 0x9e);
+    let mut v = all.clone();
+    let mut hits = 1usize;
+    for _ in 0..MONTE_CARLO_SPLITS {
+        // A partial Fisher-Yates shuffle: the first k are a uniform draw of the y group.
+        for i in 0..k {
+            let j = rng.random_range(i..n);
+            v.swap(i, j);
+        }
+        if v[..k].iter().sum::<f64>() >= observed - tol {
+            hits += 1;
+        }
+    }
+    Some(hits as f64 / (MONTE_CARLO_SPLITS + 1) as f64)
+}
+
+/// The smallest p-value [`perm_p_greater`] can give for groups of these sizes.
+pub fn perm_min_p(nx: usize, ny: usize) -> f64 {
+    1.0 / choose((nx + ny) as u64, ny as u64).max(1) as f64
+}
+
+/// Holm's step-down procedure at family-wise level `alpha`: which hypotheses are rejected.
+/// Sorted by p, the i-th smallest (from 0) is rejected while each so far is <= alpha / (m - i).
+pub fn holm(p: &[Option<f64>], alpha: f64) -> Vec<bool> {
+    let mut order: Vec<usize> = (0..p.len()).filter(|&i| p[i].is_some()).collect();
+    order.sort_by(|&a, &b| p[a].unwrap_or(1.0).total_cmp(&p[b].unwrap_or(1.0)));
+    let m = p.len();
+    let mut out = vec![false; m];
+    for (i, &k) in order.iter().enumerate() {
+        if p[k].is_some_and(|v| v <= alpha / (m - i) as f64) {
+            out[k] = true;
+        } else {
+            break;
+        }
+    }
+    out
+}
+
+/// The smallest true shift (in the values' own units) that a one-sided test at level `alpha`
+/// would detect with probability `power`, from the groups' pooled spread (Student's t with
+/// n_x + n_y - 2 degrees of freedom). None: the groups are too small for any shift to reach
+/// `alpha` with the permutation test ([`perm_min_p`]), or too small to estimate a spread.
+pub fn min_detectable(x: &[f64], y: &[f64], alpha: f64, power: f64) -> Option<f64> {
+    use statrs::distribution::{ContinuousCDF, StudentsT};
+    let (nx, ny) = (x.len(), y.len());
+    if nx < 2 || ny < 2 || perm_min_p(nx, ny) > alpha {
+        return None;
+    }
+    let ss = |v: &[f64]| {
+        let m = mean(v).unwrap_or(0.0);
+        v.iter().map(|a| (a - m).powi(2)).sum::<f64>()
+    };
+    let df = (nx + ny - 2) as f64;
+    let sd = ((ss(x) + ss(y)) / df).sqrt();
+    let t = StudentsT::new(0.0, 1.0, df).ok()?;
+    let z = t.inverse_cdf(1.0 - alpha) + t.inverse_cdf(power);
+    Some(z * sd * (1.0 / nx as f64 + 1.0 / ny as f64).sqrt())
+}
+
+/// Fisher's exact test, one-sided: the probability of `fail_a` or more failures in group a
+/// (`n_a` runs) when the `fail_a + fail_b` failures fell on the `n_a + n_b` runs at random,
+/// i.e. when both groups fail at the same rate. Small: a fails more often than b.
+pub fn fisher_greater(fail_a: u64, n_a: u64, fail_b: u64, n_b: u64) -> f64 {
+    use statrs::distribution::{DiscreteCDF, Hypergeometric};
+    if fail_a == 0 {
+        return 1.0;
+    }
+    match Hypergeometric::new(n_a + n_b, fail_a + fail_b, n_a) {
+        Ok(h) => h.sf(fail_a - 1),
+        Err(_) => 1.0,
+    }
+}
+
 /// Whether an interval excludes zero, i.e. the change is beyond the noise at 95%.
 pub fn significant(e: &Estimate) -> bool {
     e.lo > 0.0 || e.hi < 0.0
@@ -266,5 +406,74 @@ mod tests {
         let d = delta_pct_ci(&xs, &ys).unwrap();
         // rand 0.9's StdRng gave the same; ChaCha8 gives (16.2948..., 23.8150...).
         assert_eq!((d.lo, d.hi), (16.204107172064898, 23.804882893487022));
+    }
+
+    #[test]
+    fn permutation_p_values_are_exact_and_bounded_below() {
+        let base = [100.0, 101.0, 99.5, 100.5, 100.2];
+        let worse: Vec<f64> = base.iter().map(|x| x + 5.0).collect();
+        // Every treatment value above every base value: the one split of 252 as extreme.
+        assert_eq!(perm_p_greater(&base, &worse), Some(1.0 / 252.0));
+        assert_eq!(perm_min_p(5, 5), 1.0 / 252.0);
+        // The other way round, and no difference at all: nothing to see.
+        assert_eq!(perm_p_greater(&worse, &base), Some(1.0));
+        assert!(perm_p_greater(&base, &base).unwrap() > 0.5);
+        assert_eq!(perm_p_greater(&[], &base), None);
+        // Large groups: Monte Carlo, still small for a clear shift and 1 for none.
+        let big: Vec<f64> = (0..30).map(|i| f64::from(i % 7)).collect();
+        let shifted: Vec<f64> = big.iter().map(|x| x + 10.0).collect();
+        assert!(perm_p_greater(&big, &shifted).unwrap() < 1e-3);
+        assert!(perm_p_greater(&big, &big).unwrap() > 0.4);
+    }
+
+    #[test]
+    fn holm_steps_down() {
+        let p = [Some(0.004), Some(0.04), Some(0.012), None];
+        // m = 4: 0.004 <= 0.0125, 0.012 <= 0.0167, 0.04 > 0.025: stop.
+        assert_eq!(holm(&p, 0.05), [true, false, true, false]);
+        assert_eq!(holm(&[Some(0.03), Some(0.04)], 0.05), [false, false], "0.03 > 0.05 / 2");
+        assert_eq!(holm(&[Some(0.02), Some(0.03)], 0.05), [true, true]);
+    }
+
+    #[test]
+    fn the_smallest_detectable_change_follows_spread_boots_and_level() {
+        let base = [100.0, 101.0, 99.0, 100.5, 99.5];
+        let other = [100.2, 100.8, 99.4, 100.1, 99.9];
+        let m = min_detectable(&base, &other, 0.0125, 0.8).unwrap();
+        assert!(m > 1.0 && m < 3.0, "{m}");
+        // A careless design: Holm over 29 rows, two-sided, at 5 boots per arm needs
+        // p <= 0.05 / 29 / 2 = 0.00086, below the test's smallest p (0.004): no change of
+        // any size can be detected.
+        assert_eq!(min_detectable(&base, &other, 0.05 / 29.0 / 2.0, 0.8), None);
+        // More boots, a smaller detectable change.
+        let more: Vec<f64> = base.iter().chain(&base).copied().collect();
+        assert!(min_detectable(&more, &more, 0.0125, 0.8).unwrap() < m);
+    }
+
+    #[test]
+    fn fisher_exact_tail() {
+        // 7 of 20 against 0 of 20: C(20,7) / C(40,7).
+        let p = fisher_greater(7, 20, 0, 20);
+        assert!((p - 77520.0 / 18643560.0).abs() < 1e-9, "{p}");
+        assert_eq!(fisher_greater(0, 20, 0, 20), 1.0);
+        assert!(fisher_greater(20, 20, 20, 20) > 0.99);
+        assert!(fisher_greater(6, 20, 0, 20) > 0.01 && fisher_greater(7, 20, 0, 20) < 0.01);
+    }
+
+    #[test]
+    fn pairing_by_seed_narrows_the_interval() {
+        // Each seed moves both arms alike (+-10%), the treatment is 3% slower on every seed.
+        let base: Vec<Vec<f64>> =
+            (0..5).map(|b| vec![100.0 + 5.0 * f64::from(b), 100.5 + 5.0 * f64::from(b)]).collect();
+        let other: Vec<Vec<f64>> = base.iter().map(|v| v.iter().map(|x| x * 1.03).collect()).collect();
+        let unpaired = delta_pct_ci_boots(&base, &other).unwrap();
+        let paired = delta_pct_ci_paired(&base, &other).unwrap();
+        assert_eq!(paired.value, unpaired.value);
+        assert!(paired.hi - paired.lo < 0.25 * (unpaired.hi - unpaired.lo), "paired {paired:?} unpaired {unpaired:?}");
+        assert!(significant(&paired) && !significant(&unpaired), "{paired:?} {unpaired:?}");
+        // A boot number missing in one arm is no pair.
+        let mut gap = other.clone();
+        gap[2].clear();
+        assert_eq!(delta_pct_ci_paired(&base, &gap).unwrap().boots, 4);
     }
 }
