@@ -94,21 +94,34 @@ fn ab_report_renders_in_chromium() {
     use lab::measure::ab::{self, Report, Size};
     use lab::measure::bench::Profile;
     let dir = tempfile::tempdir().unwrap();
-    let mut s: samples::Samples = BTreeMap::new();
-    let arms = |b: [f64; 3], t: [f64; 3]| -> BTreeMap<u32, Vec<f64>> { [(0, b.to_vec()), (1, t.to_vec())].into() };
+    // Five boots per arm, one sample each (a boot's median), as `ab` records them.
+    let mut s: samples::BootSamples = BTreeMap::new();
+    let arms = |b: [f64; 5], t: [f64; 5]| -> BTreeMap<u32, Vec<Vec<f64>>> {
+        let boots = |v: [f64; 5]| v.iter().map(|x| vec![*x]).collect();
+        [(0, boots(b)), (1, boots(t))].into()
+    };
     s.insert(
         "throughput.iterations_per_sec".into(),
-        arms([276125.0, 275010.0, 277300.0], [154724.0, 153980.0, 155410.0]),
+        arms([276125.0, 275010.0, 277300.0, 276480.0, 275620.0], [154724.0, 153980.0, 155410.0, 154200.0, 155020.0]),
     );
     s.insert(
         "throughput-w2.iterations_per_sec".into(),
-        arms([121643.0, 120900.0, 122310.0], [45188.0, 45020.0, 45390.0]),
+        arms([121643.0, 120900.0, 122310.0, 121200.0, 121950.0], [45188.0, 45020.0, 45390.0, 45110.0, 45260.0]),
     );
-    s.insert("tiers.other.cross_cluster.avg_ms".into(), arms([0.031, 0.030, 0.032], [0.052, 0.051, 0.053]));
-    s.insert("sendvec.0004.time_ns".into(), arms([12467.0, 12410.0, 12520.0], [32534.0, 32480.0, 32600.0]));
-    s.insert("sendvec.4096.time_ns".into(), arms([14120.0, 14080.0, 14190.0], [34310.0, 34250.0, 34400.0]));
-    let metrics = samples::summarise(&s);
-    let rows = ab::perf_rows(&metrics, 5.0, &BTreeMap::new());
+    s.insert(
+        "tiers.other.cross_cluster.avg_ms".into(),
+        arms([0.031, 0.030, 0.032, 0.031, 0.030], [0.052, 0.051, 0.053, 0.052, 0.051]),
+    );
+    s.insert(
+        "sendvec.0004.time_ns".into(),
+        arms([12467.0, 12410.0, 12520.0, 12440.0, 12490.0], [32534.0, 32480.0, 32600.0, 32510.0, 32570.0]),
+    );
+    s.insert(
+        "sendvec.4096.time_ns".into(),
+        arms([14120.0, 14080.0, 14190.0, 14100.0, 14150.0], [34310.0, 34250.0, 34400.0, 34290.0, 34350.0]),
+    );
+    let metrics = samples::summarise_boots(&s);
+    let rows = ab::perf_rows(&s, 5.0, &BTreeMap::new());
     let r = Report {
         base: "cbinder".into(),
         treatment: "cbinder+ab-0123456789ab".into(),
@@ -116,6 +129,9 @@ fn ab_report_renders_in_chromium() {
         profile: Profile::Quick,
         size: Size::of(Profile::Quick),
         timing: "recorded samples".into(),
+        policy: "phone".into(),
+        seed_base: 1,
+        gates_only: false,
         builds: vec![],
         gates: vec![],
         boots: vec![],
@@ -123,7 +139,10 @@ fn ab_report_renders_in_chromium() {
         perf_problems: vec![],
         functions: vec![],
         threshold: 5.0,
-        passed: false,
+        verdict: ab::AbVerdict::Failed,
+        reasons: vec!["throughput.iterations_per_sec: -44.0%".into()],
+        pairing: None,
+        trust: vec![],
         wall_s: 0.0,
         profile_text: String::new(),
         metrics,
