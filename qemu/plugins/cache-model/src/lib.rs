@@ -289,7 +289,10 @@ impl Cache {
         let set = self.set(line);
         let i = Self::position(set, line)?;
         let state = State::of(set[i]);
-        set[i..].rotate_left(1);
+        // Open-coded like `to_front`: an exclusive L2 removes a line at every L1D miss.
+        for j in i..set.len() - 1 {
+            set[j] = set[j + 1];
+        }
         *set.last_mut().unwrap() = EMPTY;
         Some(state)
     }
