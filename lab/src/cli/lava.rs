@@ -6,8 +6,8 @@ use crate::harness::outcome::Exit;
 use crate::report::lava::Farm;
 use crate::report::summary::summary;
 use crate::support::paths;
-use anyhow::{bail, Result};
-use std::path::PathBuf;
+use anyhow::{bail, Context, Result};
+use std::path::{Path, PathBuf};
 
 pub fn run(out: Option<PathBuf>, artifact_url: Option<&str>, args: &RunArgs) -> Result<()> {
     let opts = args.opts("default")?;
@@ -53,9 +53,10 @@ pub struct FarmArgs {
     /// The LAVA user whose API token is given (with --lava).
     #[arg(long, env = "LAVA_USER", value_name = "NAME")]
     pub lava_user: Option<String>,
-    /// That user's API token (with --lava).
-    #[arg(long, env = "LAVA_TOKEN", hide_env_values = true, value_name = "TOKEN")]
-    pub lava_token: Option<String>,
+    /// A file of mode 0600 holding that user's API token (with --lava) [default: the
+    /// environment's LAVA_TOKEN]; never the token itself on a command line.
+    #[arg(long, env = "LAVA_TOKEN_FILE", value_name = "FILE")]
+    pub lava_token_file: Option<PathBuf>,
     /// Where the farm's workers fetch each boot's artifacts from (with --lava) [default:
     /// file:// paths, for a worker on this machine].
     #[arg(long, value_name = "URL")]
@@ -75,11 +76,11 @@ impl FarmArgs {
         let target = crate::harness::opts::LavaTarget {
             server: server.clone(),
             user: self.lava_user.clone().unwrap_or_default(),
-            token: self.lava_token.clone().unwrap_or_default(),
+            token: token(self.lava_token_file.as_deref(), "--lava-token-file")?,
             artifact_url: self.lava_artifact_url.clone(),
         };
-        if target.user.is_empty() || target.token.is_empty() {
-            bail!("--lava needs a LAVA user and API token: --lava-user NAME --lava-token TOKEN (or LAVA_USER, LAVA_TOKEN); a token is made in the server's web UI (API -> Authentication Tokens) or with `lava-server manage tokens add --user NAME`");
+        if target.user.is_empty() {
+            bail!("--lava needs a LAVA user: --lava-user NAME (or LAVA_USER)");
         }
         // The URL is checked now, not at the first boot.
         Farm::new(&target.server, &target.user, &target.token)?;
@@ -90,19 +91,57 @@ impl FarmArgs {
     }
 }
 
+/// The farm's API token: from `file` (`flag`; mode 0600 or stricter, as lavacli's own identity
+/// file should be), else the environment's LAVA_TOKEN. Never an argument: any local user reads
+/// a process's argv.
+pub fn token(file: Option<&Path>, flag: &str) -> Result<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let how = format!("put it in a file only you can read (chmod 600 FILE) and give {flag} FILE, or set LAVA_TOKEN; a token is made in the server's web UI (API -> Authentication Tokens) or with `lava-server manage tokens add --user NAME`");
+    let token = match file {
+        Some(f) => {
+            let mode =
+                std::fs::metadata(f).with_context(|| format!("{flag} {}: {how}", f.display()))?.permissions().mode();
+            if mode & 0o077 != 0 {
+                bail!(
+                    "{flag} {}: mode {:o} lets other users read the token: chmod 600 {}",
+                    f.display(),
+                    mode & 0o777,
+                    f.display()
+                );
+            }
+            std::fs::read_to_string(f)?.trim().to_string()
+        }
+        None => std::env::var("LAVA_TOKEN").unwrap_or_default(),
+    };
+    if token.is_empty() {
+        bail!("no LAVA API token: {how}");
+    }
+    Ok(token)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::harness::opts::RunOpts;
     use crate::harness::qemu::Tcg;
 
-    fn farm(url: Option<&str>, token: &str) -> FarmArgs {
+    /// `--lava URL` with a token file of `mode` holding `token` (kept in `dir`).
+    fn farm_mode(url: Option<&str>, token: &str, mode: u32, dir: &Path) -> FarmArgs {
+        use std::os::unix::fs::PermissionsExt;
+        let file = dir.join(format!("token-{mode:o}-{}", token.len()));
+        std::fs::write(&file, format!("{token}\n")).unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(mode)).unwrap();
         FarmArgs {
             lava: url.map(String::from),
             lava_user: Some("u".into()),
-            lava_token: Some(token.into()),
+            lava_token_file: Some(file),
             lava_artifact_url: None,
         }
+    }
+
+    fn farm(url: Option<&str>, token: &str) -> FarmArgs {
+        let dir = tempfile::tempdir().unwrap().keep();
+        farm_mode(url, token, 0o600, &dir)
     }
 
     #[test]
@@ -115,7 +154,10 @@ mod tests {
 
         let mut o = RunOpts { tcg: Tcg::Icount, ..Default::default() };
         let e = farm(Some("https://lava.example.org"), "").apply(&mut o).unwrap_err().to_string();
-        assert!(e.contains("--lava-token"), "{e}");
+        assert!(e.contains("--lava-token-file"), "{e}");
+        let dir = tempfile::tempdir().unwrap();
+        let e = farm_mode(Some("https://lava.example.org"), "t", 0o644, dir.path()).apply(&mut o).unwrap_err();
+        assert!(e.to_string().contains("chmod 600"), "{e}");
         let e = farm(Some("lava.example.org"), "t").apply(&mut o).unwrap_err().to_string();
         assert!(e.contains("base URL"), "{e}");
         let e = FarmArgs { lava_artifact_url: Some("https://x".into()), ..farm(None, "t") }

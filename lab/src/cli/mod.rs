@@ -160,9 +160,10 @@ pub enum Cmd {
         /// The LAVA user whose API token is given.
         #[arg(long, env = "LAVA_USER")]
         user: String,
-        /// That user's API token.
-        #[arg(long, env = "LAVA_TOKEN", hide_env_values = true)]
-        token: String,
+        /// A file of mode 0600 holding that user's API token [default: the environment's
+        /// LAVA_TOKEN]; never the token itself on a command line.
+        #[arg(long, env = "LAVA_TOKEN_FILE", value_name = "FILE")]
+        token_file: Option<std::path::PathBuf>,
         /// Where the farm's workers fetch the artifacts (Image, initramfs.cpio, board.dtb) from:
         /// upload each run directory's artifacts there [default: file:// paths, for a worker on
         /// this machine].
@@ -357,7 +358,8 @@ pub fn execute(cmd: Cmd) -> Result<Exit> {
         Cmd::Gdb { run, user, gdb_args } => done(gdb::run(run.as_deref(), user, &gdb_args)),
         Cmd::GuestBuild { manifest, out } => done(guest_build::run(&manifest, out)),
         Cmd::LavaJob { out, artifact_url, run } => done(lava::run(out, artifact_url.as_deref(), &run)),
-        Cmd::LavaSubmit { server, user, token, artifact_url, boots, run } => {
+        Cmd::LavaSubmit { server, user, token_file, artifact_url, boots, run } => {
+            let token = lava::token(token_file.as_deref(), "--token-file")?;
             let farm = crate::report::lava::Farm::new(&server, &user, &token)?;
             lava::submit(&farm, artifact_url.as_deref(), boots, &run)
         }

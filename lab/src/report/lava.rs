@@ -14,6 +14,7 @@ use crate::harness::qemu::{shell_line, Console};
 use crate::support::{paths, progress};
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -187,13 +188,20 @@ pub fn write_plan(plan: labproto::Plan, opts: &RunOpts, out: &Path, url_base: Op
     Ok(written)
 }
 
-/// A LAVA server, reached with Debian's `lavacli` (XML-RPC; http or https, the user's API
-/// token in the URI as lavacli takes it).
+/// A LAVA server, reached with Debian's `lavacli` (XML-RPC; http or https). The user's API
+/// token reaches lavacli in an identity file (mode 0600, in a private `XDG_CONFIG_HOME` removed
+/// with the farm), never in its argv, where any local user reads it (`ps`, `/proc/PID/cmdline`).
 pub struct Farm {
-    uri: String,
+    /// Holds `lavacli.yaml` with the one identity [`IDENTITY`].
+    config: tempfile::TempDir,
     /// The URI without the token, for messages.
     shown: String,
+    /// `lavacli`; a test's stand-in records what it is given.
+    program: PathBuf,
 }
+
+/// The identity lavacli is run with (`--identity`), in the farm's own config file.
+const IDENTITY: &str = "lab";
 
 impl Farm {
     /// `server` is the farm's base URL (`https://lava.example.org`).
@@ -202,16 +210,32 @@ impl Farm {
             bail!("--server {server:?}: give the farm's base URL, e.g. https://lava.example.org");
         };
         if user.is_empty() || token.is_empty() {
-            bail!("a LAVA user and API token are needed: --user NAME and --token TOKEN (or LAVA_USER, LAVA_TOKEN); a token is made in the server's web UI (API -> Authentication Tokens) or with `lava-server manage tokens add --user NAME`");
+            bail!("a LAVA user and API token are needed: --user NAME, and LAVA_TOKEN or --token-file FILE (mode 0600); a token is made in the server's web UI (API -> Authentication Tokens) or with `lava-server manage tokens add --user NAME`");
         }
         let host = host.trim_end_matches("/RPC2");
-        Ok(Farm { uri: format!("{scheme}://{user}:{token}@{host}/RPC2"), shown: format!("{scheme}://{user}@{host}") })
+        let config = tempfile::Builder::new().prefix("lab-lavacli-").tempdir()?;
+        // JSON is YAML; lavacli puts user and token into the URI in its own process.
+        let identity =
+            json!({ IDENTITY: { "uri": format!("{scheme}://{host}/RPC2"), "username": user, "token": token } });
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(config.path().join("lavacli.yaml"))?;
+        std::io::Write::write_all(&mut f, serde_json::to_string(&identity)?.as_bytes())?;
+        Ok(Farm { config, shown: format!("{scheme}://{user}@{host}"), program: "lavacli".into() })
     }
 
     fn lavacli(&self, args: &[&str]) -> Result<String> {
-        let out = Command::new("lavacli").arg("--uri").arg(&self.uri).args(args).output().context(
-            "running lavacli (Debian's lavacli package: apt-get install lavacli, or cargo make setup --lava)",
-        )?;
+        let out = Command::new(&self.program)
+            .env("XDG_CONFIG_HOME", self.config.path())
+            .env_remove("LAVA_TOKEN")
+            .args(["--identity", IDENTITY])
+            .args(args)
+            .output()
+            .context(
+                "running lavacli (Debian's lavacli package: apt-get install lavacli, or cargo make setup --lava)",
+            )?;
         if !out.status.success() {
             bail!(
                 "lavacli {} against {} failed ({}): {}",
@@ -470,9 +494,50 @@ mod tests {
         let e = Farm::new("lava.example.org", "u", "t").err().unwrap().to_string();
         assert!(e.contains("base URL"), "{e}");
         let e = Farm::new("https://lava.example.org", "u", "").err().unwrap().to_string();
-        assert!(e.contains("--token"), "{e}");
+        assert!(e.contains("LAVA_TOKEN"), "{e}");
         let f = Farm::new("https://lava.example.org/", "u", "t").unwrap();
-        assert_eq!(f.uri, "https://u:t@lava.example.org/RPC2");
         assert_eq!(f.job_url(7), "https://lava.example.org/scheduler/job/7");
+    }
+
+    /// The token reaches lavacli in its 0600 identity file only: never in its argv, the
+    /// messages or the run directory. A stand-in lavacli records its argv and what its
+    /// identity file holds, then fails so the error message is checked too.
+    #[test]
+    fn the_token_never_reaches_a_command_line() {
+        use std::os::unix::fs::PermissionsExt;
+        let token = "tok-5e3c4e7-never-on-argv";
+        let dir = tempfile::tempdir().unwrap();
+        let rec = dir.path().join("rec");
+        let fake = dir.path().join("lavacli");
+        std::fs::write(
+            &fake,
+            format!(
+                "#!/bin/sh\nprintf '%s\\n' \"$0\" \"$@\" >{0}.argv\ncat \"$XDG_CONFIG_HOME/lavacli.yaml\" >{0}.identity\n\
+                 stat -c %a \"$XDG_CONFIG_HOME/lavacli.yaml\" >{0}.mode\nenv >{0}.env\necho 'no such job' >&2\nexit 1\n",
+                rec.display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let mut farm = Farm::new("https://lava.example.org", "u", token).unwrap();
+        farm.program = fake;
+        let config = farm.config.path().to_path_buf();
+        // A fork elsewhere in the test process may briefly hold the script open for writing.
+        let e = (0..20)
+            .map(|_| format!("{:#}", farm.submit(Path::new("job.yaml")).unwrap_err()))
+            .find(|e| !e.contains("Text file busy"))
+            .unwrap();
+        let read = |ext: &str| std::fs::read_to_string(rec.with_extension(ext)).unwrap();
+        let argv = read("argv");
+        assert!(argv.contains("jobs\nsubmit\njob.yaml") && argv.contains("--identity\nlab"), "{argv}");
+        assert!(!argv.contains(token), "the token is in lavacli's argv: {argv}");
+        assert!(!read("env").contains(token), "the token is in lavacli's environment");
+        assert!(read("identity").contains(token), "lavacli's identity file lacks the token");
+        assert_eq!(read("mode").trim(), "600");
+        assert!(e.contains("no such job") && !e.contains(token), "{e}");
+        // What a run directory gets from a farm: its messages and job pages.
+        assert!(!format!("{} {}", farm.job_url(7), farm.shown).contains(token));
+        drop(farm);
+        assert!(!config.exists(), "the identity file outlives the farm");
     }
 }
