@@ -32,6 +32,9 @@ pub struct InitramfsSpec {
     /// Registry crates' executables (a plan's `crates`), added like an overlay, after the
     /// packages and before the user's overlay.
     pub crates: Option<PathBuf>,
+    /// Further overlays the host built (a plan's `aosp`: Android's binder userspace and its
+    /// Debian libraries), after the crates and before the user's overlay.
+    pub extra: Vec<PathBuf>,
 }
 
 impl InitramfsSpec {
@@ -195,7 +198,7 @@ pub fn pack_initramfs(spec: &InitramfsSpec) -> Result<Vec<u8>> {
     }
     let plan = labproto::PLAN_PATH.trim_start_matches('/');
     t.add(plan, Kind::File { data: spec.plan_json.as_bytes().to_vec(), exec: false }, format!("the plan /{plan}"))?;
-    for o in spec.debs.iter().chain(&spec.crates).chain(&spec.overlay) {
+    for o in spec.debs.iter().chain(&spec.crates).chain(&spec.extra).chain(&spec.overlay) {
         if !o.is_dir() {
             bail!("overlay {} is not a directory", o.display());
         }
@@ -287,6 +290,7 @@ mod tests {
             overlay: None,
             debs: None,
             crates: None,
+            extra: vec![],
         };
         Fixture { dir, spec }
     }

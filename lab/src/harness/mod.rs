@@ -10,6 +10,7 @@ pub mod collect;
 pub mod dtb;
 pub mod expect;
 pub mod gdb;
+pub mod gtest;
 pub mod ktap;
 pub mod manifest;
 pub mod monitor;

@@ -91,6 +91,10 @@ pub fn prepare(opts: &RunOpts, plan: Plan, dir: &Path) -> Result<Prepared> {
     if !plan.crates.is_empty() {
         spec.crates = Some(crate::provision::crates::overlay(&cache, &plan.crates)?);
     }
+    if plan.aosp {
+        let built = crate::kbuild::aosp::build(&cache)?;
+        spec.extra = vec![built.runtime.clone(), built.root()];
+    }
     let initrd = dir.join("initramfs.cpio");
     rootfs::write_initramfs(&spec, &initrd)?;
     Ok(Prepared {

@@ -3,6 +3,7 @@
 //! series), the shared git tree carrying a flavor's series, the keyed atomic build, and the
 //! series' style checks. Imports `provision` and `support`.
 
+pub mod aosp;
 pub mod driver_check;
 pub mod driver_text;
 pub mod flavor;

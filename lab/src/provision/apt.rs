@@ -349,6 +349,69 @@ impl PrivateApt {
     }
 }
 
+/// A source package's orig tarball as a lock file pins it (`qemu/qemu.lock`, `aosp/aosp.lock`).
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SourcePin {
+    /// Debian source package, e.g. `qemu`.
+    pub package: String,
+    /// Exact Debian version.
+    pub version: String,
+    /// Suite whose Sources index serves it.
+    pub suite: String,
+    /// The orig tarball's file name.
+    pub orig: String,
+    /// SHA-256 of the orig tarball.
+    pub sha256: String,
+}
+
+impl SourcePin {
+    /// Checks the pin's fields, naming `origin` (the lock) and `section` (its table).
+    pub fn check(&self, origin: &str, section: &str) -> Result<()> {
+        anyhow::ensure!(
+            self.sha256.len() == 64 && self.sha256.bytes().all(|b| b.is_ascii_hexdigit()),
+            "{origin}: {section}.sha256 must be the 64 hex digits of {}",
+            self.orig
+        );
+        anyhow::ensure!(
+            self.orig.ends_with(".orig.tar.xz") && !self.orig.contains('/'),
+            "{origin}: {section}.orig must be a file name like {}_VERSION.orig.tar.xz",
+            self.package
+        );
+        Ok(())
+    }
+}
+
+/// Downloads the orig tarball `lock` pins to `dest` through a private apt with one `deb-src` line
+/// for the pin's suite, after checking that the signed index still serves that version with
+/// that hash; apt's transport checks the download itself, so nothing half-written stays.
+pub fn fetch_orig(cache: &Path, pin: &SourcePin, lock: &str, dest: &Path) -> Result<()> {
+    let apt = PrivateApt::sources_of(cache, &pin.suite);
+    apt.update()?;
+    let files = apt.source_files(&pin.package, &pin.version).with_context(|| {
+        format!(
+            "{} pins source {} {}, which Debian {} no longer serves: pin a version it serves, with its orig tarball's SHA-256",
+            lock, pin.package, pin.version, pin.suite
+        )
+    })?;
+    let Some(f) = files.iter().find(|f| f.name == pin.orig) else {
+        let names: Vec<&str> = files.iter().map(|f| f.name.as_str()).collect();
+        bail!("source {} {} has no {} (files: {}); fix {}", pin.package, pin.version, pin.orig, names.join(", "), lock);
+    };
+    if f.sha256 != pin.sha256 {
+        bail!(
+            "the archive's index gives {} SHA-256 {}, {} pins {}: the archive changed the file, or the lock is wrong",
+            pin.orig,
+            f.sha256,
+            lock,
+            pin.sha256
+        );
+    }
+    std::fs::create_dir_all(dest.parent().context("a download goes into a directory")?)?;
+    crate::support::progress::note(format!("downloading {} {} ({})", pin.package, pin.version, pin.orig));
+    apt.fetch(f, dest)
+}
+
 /// One file of a source package: pool path and SHA-256.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SrcFile {

@@ -146,7 +146,8 @@ pub fn needed_script_action(pkg: &str, script: &str) -> Option<&'static str> {
 pub fn overlay(cache: &Path, pkgs: &[String]) -> Result<DebOverlay> {
     check_names(pkgs)?;
     let apt = guest_apt(cache);
-    if apt.lists_age().is_none_or(|age| age > LISTS_MAX_AGE) {
+    // --offline resolves against the lists there are: a cached closure needs no mirror.
+    if !crate::support::artifact::offline() && apt.lists_age().is_none_or(|age| age > LISTS_MAX_AGE) {
         apt.update()?;
     }
     let uris = resolve(&apt, pkgs)?;

@@ -1,6 +1,7 @@
 //! Stage 1: the host toolchain and downloads (apt, rust-src, bindgen, busybox). Imports only
 //! `support`.
 
+pub mod aosp_src;
 pub mod apt;
 pub mod crates;
 pub mod debs;

@@ -39,6 +39,7 @@ pub const HOST_PACKAGES: &[(&str, &str)] = &[
     ("gdb-multiarch", "cargo make gdb: debugging the aarch64 guest kernel"),
     ("trace-cmd", "--trace: trace.dat from the guest's ring buffers"),
     ("chromium", "the test that opens the nightly's HTML report in a real browser"),
+    ("aidl", "Android 10's aidl compiler: libbinder's service manager interfaces (aosp/)"),
 ];
 
 /// Everything the kernel build needs from setup, with paths resolved.

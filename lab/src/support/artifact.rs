@@ -36,10 +36,13 @@ pub enum Kind {
     Selftest,
     /// A deterministic boot's results, kept by the content key of its inputs (harness::boot_cache).
     Boot,
+    /// Android 14's binder userspace built for the guest (kbuild::aosp).
+    Aosp,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 6] = [Kind::Kernel, Kind::Qemu, Kind::Busybox, Kind::Dtb, Kind::Selftest, Kind::Boot];
+    pub const ALL: [Kind; 7] =
+        [Kind::Kernel, Kind::Qemu, Kind::Busybox, Kind::Dtb, Kind::Selftest, Kind::Boot, Kind::Aosp];
 
     /// The directory under the cache that holds this kind's artifacts.
     pub fn root(self, cache: &Path) -> PathBuf {
@@ -50,6 +53,7 @@ impl Kind {
             Kind::Dtb => "dtb",
             Kind::Selftest => "selftests",
             Kind::Boot => "boots",
+            Kind::Aosp => "aosp/artifacts",
         })
     }
 
@@ -61,6 +65,7 @@ impl Kind {
             Kind::Dtb => "DTB",
             Kind::Selftest => "binderfs selftest",
             Kind::Boot => "deterministic boot",
+            Kind::Aosp => "AOSP userspace",
         }
     }
 }
@@ -322,6 +327,11 @@ static OFFLINE: AtomicBool = AtomicBool::new(false);
 
 pub fn set_offline(on: bool) {
     OFFLINE.store(on, Ordering::Relaxed);
+}
+
+/// Whether `--offline` is set: downloads that are not cached are errors, not fetches.
+pub fn offline() -> bool {
+    OFFLINE.load(Ordering::Relaxed)
 }
 
 /// CI (`CI` set to anything but empty, `0` or `false`, as CI services do) or `--offline`:

@@ -67,6 +67,11 @@ pub struct Plan {
     /// exact versions): the host builds them static for the guest, into /bin.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub crates: Vec<String>,
+    /// Android 14's binder userspace (`aosp = true`): the host builds libbinder,
+    /// servicemanager and AOSP's binder tests from Debian's source (`aosp/`) and adds them,
+    /// with their Debian libraries, as /usr/bin/NAME.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub aosp: bool,
     /// Files the init writes, in order, before the first step: the board's scheduler policy
     /// (`--policy`). Empty (mainline's policy) leaves the plan's JSON as it was without it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
