@@ -21,6 +21,7 @@ fn gtest_filter() -> String {
 }
 
 #[test]
+#[ignore = "not yet run in a guest: the lab-ci filter's exclusions come from a first run of aosp-tests on perf (docs/src/results/aosp-userspace.md)"]
 fn aosp_tests_pass_on_perf_with_the_lab_ci_filter() {
     let mut plan = load_plan("aosp-tests").unwrap();
     let lib = plan.steps.iter_mut().find(|s| s.name == "binderLibTest").expect("aosp-tests runs binderLibTest");
