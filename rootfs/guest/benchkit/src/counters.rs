@@ -3,20 +3,20 @@
 
 use serde_json::{json, Value};
 
-const PERF_TYPE_HARDWARE: u32 = 0;
-const PERF_TYPE_SOFTWARE: u32 = 1;
-const PERF_COUNT_HW_CPU_CYCLES: u64 = 0;
-const PERF_COUNT_HW_INSTRUCTIONS: u64 = 1;
-const PERF_COUNT_SW_TASK_CLOCK: u64 = 1;
-const PERF_COUNT_SW_CONTEXT_SWITCHES: u64 = 3;
-const PERF_COUNT_SW_CPU_MIGRATIONS: u64 = 4;
+pub(crate) const PERF_TYPE_HARDWARE: u32 = 0;
+pub(crate) const PERF_TYPE_SOFTWARE: u32 = 1;
+pub(crate) const PERF_COUNT_HW_CPU_CYCLES: u64 = 0;
+pub(crate) const PERF_COUNT_HW_INSTRUCTIONS: u64 = 1;
+pub(crate) const PERF_COUNT_SW_TASK_CLOCK: u64 = 1;
+pub(crate) const PERF_COUNT_SW_CONTEXT_SWITCHES: u64 = 3;
+pub(crate) const PERF_COUNT_SW_CPU_MIGRATIONS: u64 = 4;
 const PERF_FORMAT_TOTAL_TIME_ENABLED: u64 = 1;
 const PERF_FORMAT_TOTAL_TIME_RUNNING: u64 = 2;
 /// attr.disabled is bit 0 of the flag word.
 const ATTR_DISABLED: u64 = 1;
-const PERF_EVENT_IOC_ENABLE: libc::c_ulong = 0x2400;
-const PERF_EVENT_IOC_DISABLE: libc::c_ulong = 0x2401;
-const PERF_EVENT_IOC_RESET: libc::c_ulong = 0x2403;
+pub(crate) const PERF_EVENT_IOC_ENABLE: libc::c_ulong = 0x2400;
+pub(crate) const PERF_EVENT_IOC_DISABLE: libc::c_ulong = 0x2401;
+pub(crate) const PERF_EVENT_IOC_RESET: libc::c_ulong = 0x2403;
 
 /// The first version of `struct perf_event_attr` (PERF_ATTR_SIZE_VER0, 64 bytes); the
 /// kernel accepts it and zero-extends the rest.
@@ -61,12 +61,17 @@ fn open_one(type_: u32, config: u64, cpu: i32) -> std::io::Result<libc::c_int> {
 
 /// A disabled counter of task `pid` (0: the caller, -1: every task) on `cpu` (-1: any).
 fn open_for(type_: u32, config: u64, pid: i32, cpu: i32) -> std::io::Result<libc::c_int> {
+    open_with(type_, config, pid, cpu, 0)
+}
+
+/// [`open_for`] with more attr flag bits (`flags`: inherit, exclude_user, ...).
+pub(crate) fn open_with(type_: u32, config: u64, pid: i32, cpu: i32, flags: u64) -> std::io::Result<libc::c_int> {
     let attr = PerfEventAttr {
         type_,
         size: std::mem::size_of::<PerfEventAttr>() as u32,
         config,
         read_format: PERF_FORMAT_TOTAL_TIME_ENABLED | PERF_FORMAT_TOTAL_TIME_RUNNING,
-        flags: ATTR_DISABLED,
+        flags: ATTR_DISABLED | flags,
         ..Default::default()
     };
     // SAFETY: attr is a valid perf_event_attr of the size it declares, alive for the call;
@@ -116,6 +121,17 @@ impl Counters {
         Counters { counters }
     }
 
+    /// The counts so far, without stopping them (null where unavailable), for the
+    /// difference over a phase.
+    pub fn read(&self) -> Value {
+        let mut out = serde_json::Map::new();
+        for (c, &(name, _, _)) in self.counters.iter().zip(EVENTS.iter()) {
+            let v = if c.error.is_some() { None } else { read_sum(&c.fds) };
+            out.insert(name.into(), json!(v));
+        }
+        Value::Object(out)
+    }
+
     /// Disables and reads the counters: a JSON object of counts (null when unavailable)
     /// and, under "counter_errors", why a counter is null.
     pub fn stop(self) -> (Value, Vec<String>) {
@@ -146,7 +162,7 @@ impl Counters {
 }
 
 /// Sum over CPUs, scaled for multiplexing; None if any CPU's counter never ran.
-fn read_sum(fds: &[libc::c_int]) -> Option<u64> {
+pub(crate) fn read_sum(fds: &[libc::c_int]) -> Option<u64> {
     let mut total = 0f64;
     for &fd in fds {
         let mut buf = [0u64; 3];
@@ -167,7 +183,7 @@ fn read_sum(fds: &[libc::c_int]) -> Option<u64> {
     Some(total.round() as u64)
 }
 
-fn close_all(fds: &mut Vec<libc::c_int>) {
+pub(crate) fn close_all(fds: &mut Vec<libc::c_int>) {
     for fd in fds.drain(..) {
         // SAFETY: fd is a perf event fd owned by the caller's list.
         unsafe { libc::close(fd) };

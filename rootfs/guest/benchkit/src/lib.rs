@@ -13,6 +13,7 @@ pub mod prio;
 pub mod proc;
 pub mod stats;
 pub mod switch;
+pub mod timed;
 
 use std::collections::BTreeMap;
 
@@ -71,17 +72,42 @@ impl Args {
 pub struct Measure {
     counters: counters::Counters,
     ctabs_before: Option<std::collections::BTreeMap<String, BTreeMap<String, u64>>>,
+    phase: Option<timed::TimedPhase>,
 }
 
 impl Measure {
     pub fn start() -> Measure {
         let ctabs_before = ctabs::snapshot();
-        Measure { counters: counters::Counters::start(), ctabs_before }
+        Measure { counters: counters::Counters::start(), ctabs_before, phase: None }
     }
 
-    /// Stops counting; adds "counters", "counter_errors" and "ctabs_stats_delta" to `data`
-    /// and prints the counters on the console.
+    /// Also counts a timed phase in simpleperf's scope ([`timed`]); call before forking the
+    /// workers, then [`Measure::phase_begin`] and [`Measure::phase_end`] around the phase.
+    pub fn with_timed_phase(mut self) -> Measure {
+        self.phase = Some(timed::TimedPhase::open());
+        self
+    }
+
+    /// The timed phase starts; `pids` are the benchmark's processes besides this one.
+    pub fn phase_begin(&mut self, pids: &[libc::pid_t]) {
+        if let Some(p) = &mut self.phase {
+            p.begin(&self.counters, pids);
+        }
+    }
+
+    /// The timed phase ended after `calls` calls.
+    pub fn phase_end(&mut self, pids: &[libc::pid_t], calls: u64) {
+        if let Some(p) = &mut self.phase {
+            p.end(&self.counters, pids, calls);
+        }
+    }
+
+    /// Stops counting; adds "counters", "counter_errors", "ctabs_stats_delta" and, after a
+    /// timed phase, "timed_phase" to `data` and prints the counters on the console.
     pub fn finish(self, data: &mut serde_json::Value) {
+        if let (Some(t), Some(o)) = (self.phase.as_ref().and_then(|p| p.result()), data.as_object_mut()) {
+            o.insert("timed_phase".into(), t.clone());
+        }
         let (c, errors) = self.counters.stop();
         let delta = ctabs::delta(&self.ctabs_before, &ctabs::snapshot());
         println!("counters: {}", counters::summary_line(&c));

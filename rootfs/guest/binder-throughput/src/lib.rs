@@ -52,6 +52,15 @@ fn server_count(o: &Opts) -> usize {
     }
 }
 
+/// The calls of one run: every worker's, or in pair mode the clients' only.
+fn expected_calls(o: &Opts) -> usize {
+    if o.cs_pair {
+        (o.workers - server_count(o)) * o.iterations
+    } else {
+        o.workers * o.iterations
+    }
+}
+
 /// Per worker: what its pool did, sent ahead of the latencies.
 struct PoolStats {
     started: u64,
@@ -127,7 +136,7 @@ struct RunResult {
     failed_workers: usize,
 }
 
-fn run_main(o: &Opts) -> Result<RunResult, String> {
+fn run_main(o: &Opts, measure: Option<&mut Measure>) -> Result<RunResult, String> {
     let mut pipes: Vec<Chan> = vec![];
     let mut kids: Vec<Child> = vec![];
     for i in 0..o.workers {
@@ -159,10 +168,18 @@ fn run_main(o: &Opts) -> Result<RunResult, String> {
     wait_all(&mut pipes)?;
 
     println!("waiting for workers to complete");
+    let pids: Vec<libc::pid_t> = kids.iter().map(|k| k.pid).collect();
+    let mut measure = measure;
+    if let Some(m) = measure.as_deref_mut() {
+        m.phase_begin(&pids);
+    }
     let start = Instant::now();
     signal_all(&mut pipes)?;
     wait_all(&mut pipes)?;
     let elapsed = start.elapsed();
+    if let Some(m) = measure {
+        m.phase_end(&pids, expected_calls(o) as u64);
+    }
     let iterations_per_sec = (o.iterations * o.workers) as f64 / elapsed.as_secs_f64();
     println!("iterations per sec: {}", fmt_g(iterations_per_sec));
 
@@ -226,13 +243,13 @@ fn run(a: &Args) -> Result<bool, String> {
     if warmup > 0 {
         // The original's lines, typo included.
         println!("Start warump round");
-        run_main(&Opts { iterations: warmup, ..o })?;
+        run_main(&Opts { iterations: warmup, ..o }, None)?;
         println!("Completed warump round\n");
     }
     let t0 = Instant::now();
     let (own0, kids0) = (switches(libc::RUSAGE_SELF), switches(libc::RUSAGE_CHILDREN));
-    let measure = Measure::start();
-    let r = run_main(&o);
+    let mut measure = Measure::start().with_timed_phase();
+    let r = run_main(&o, Some(&mut measure));
     let mut data = json!({});
     measure.finish(&mut data);
     // The benchmark's own tasks only (what `simpleperf stat CMD` counts, idle and other
@@ -252,7 +269,7 @@ fn run(a: &Args) -> Result<bool, String> {
         return Err("no data".into());
     };
     print!("{}", s.aosp_lines());
-    let expected = if o.cs_pair { (o.workers - server_count(&o)) * o.iterations } else { o.workers * o.iterations };
+    let expected = expected_calls(&o);
     let ok = r.failed_workers == 0 && s.count == expected;
     let mut d = json!({
         "workers": o.workers, "iterations": o.iterations, "payload": o.payload, "pairs": o.cs_pair,
