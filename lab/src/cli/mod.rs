@@ -2,6 +2,7 @@
 //! orchestration. May import every stage; nothing imports it.
 
 pub mod ab;
+pub mod account;
 pub mod args;
 pub mod bench;
 pub mod cache;
@@ -287,6 +288,15 @@ pub enum Cmd {
         #[command(flatten)]
         run: RunArgs,
     },
+    /// The per-call account of seed 000's Baseline on the timing model (use with --dvfs --idle):
+    /// the benchmark's own counters per call of its timed phase, the system-wide ones, its
+    /// on-CPU and run-queue time and each cluster's clock, beside the phone's column.
+    Account {
+        #[command(flatten)]
+        account: account::AccountArgs,
+        #[command(flatten)]
+        run: RunArgs,
+    },
     /// Compare two nightly.json files (baseline, current) with the nightly's regression rule.
     Compare {
         baseline: std::path::PathBuf,
@@ -396,6 +406,7 @@ pub fn execute(cmd: Cmd) -> Result<Exit> {
         Cmd::Ab { ab: a, run } => ab::run(&a, &run),
         Cmd::Compare { baseline, current, threshold } => compare::run(&baseline, &current, threshold),
         Cmd::Profile { profile: p, run } => profile::run(&run, &p),
+        Cmd::Account { account: a, run } => account::run(&a, &run),
         Cmd::Docs(args) => docs::run(&args),
     }
 }

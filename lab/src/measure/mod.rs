@@ -2,6 +2,7 @@
 //! experiments (`bench`, `reproduce`), the nightly's regression gate. Imports `report`, `harness` and below.
 
 pub mod ab;
+pub mod account;
 pub mod bench;
 pub mod freeze;
 pub mod gate;

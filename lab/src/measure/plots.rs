@@ -156,6 +156,31 @@ pub fn cdf(path: &Path, title: &str, samples_ms: &BTreeMap<u32, Vec<f64>>, label
     Ok(())
 }
 
+/// Step lines over time: each series (its name, then (x, y) at the start and at each change)
+/// holds its value until the next point, up to `x_end`. For clocks during a phase (ms, MHz).
+pub fn clock_steps(path: &Path, title: &str, series: &[(String, Vec<(f64, f64)>)], x_end: f64) -> Result<()> {
+    let top = series.iter().flat_map(|(_, p)| p.iter().map(|(_, y)| *y)).fold(0.0, f64::max) * 1.1;
+    let root = canvas(path)?;
+    let mut chart = chart(&root, title, 16, 50, (0f64..x_end.max(1e-3), 0f64..top.max(1.0)))?;
+    chart.configure_mesh().x_desc("ms since the phase began").y_desc("MHz").draw().map_err(err)?;
+    for (i, (name, pts)) in series.iter().enumerate() {
+        let c = COLORS[i % COLORS.len()];
+        let mut line = vec![];
+        for (j, &(x, y)) in pts.iter().enumerate() {
+            let next = pts.get(j + 1).map_or(x_end, |p| p.0);
+            line.extend([(x, y), (next, y)]);
+        }
+        chart
+            .draw_series(LineSeries::new(line, c.stroke_width(2)))
+            .map_err(err)?
+            .label(name.as_str())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], c.stroke_width(2)));
+    }
+    chart.configure_series_labels().border_style(BLACK).background_style(WHITE).draw().map_err(err)?;
+    root.present().map_err(err)?;
+    Ok(())
+}
+
 const TIERS: [&str; 3] = ["same_core", "same_cluster", "cross_cluster"];
 
 /// The seed's Baseline share (%) and its Patch 1/2 and 2/2 changes of the average latency
@@ -334,5 +359,18 @@ mod tests {
         // No FIFO rows: the seed's marks alone, no bars.
         let fifo = std::fs::read_to_string(dir.path().join("tiers-fifo.svg")).unwrap();
         assert_eq!((lines(&fifo, 1), lines(&fifo, 3)), (0, 3));
+    }
+
+    #[test]
+    fn clock_steps_draw_one_line_per_cluster() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("clocks.svg");
+        let series =
+            vec![("silver".to_string(), vec![(0.0, 300.0), (2.0, 1785.6)]), ("gold".to_string(), vec![(0.0, 710.4)])];
+        clock_steps(&path, "clocks", &series, 4.0).unwrap();
+        let svg = std::fs::read_to_string(&path).unwrap();
+        assert!(svg.contains("silver") && svg.contains("gold"), "{svg}");
+        // Two series plus their two legend marks, all 2 px wide.
+        assert_eq!(svg.matches("stroke-width=\"2\"").count(), 4, "{svg}");
     }
 }

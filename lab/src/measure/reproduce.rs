@@ -400,7 +400,7 @@ impl Experiment {
 }
 
 /// The events a run directory saved in `results.jsonl`.
-fn saved_events(run_dir: &Path) -> Result<Vec<Event>> {
+pub fn saved_events(run_dir: &Path) -> Result<Vec<Event>> {
     let path = run_dir.join("results.jsonl");
     let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
     Ok(text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect())
