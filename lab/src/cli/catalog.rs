@@ -133,6 +133,7 @@ mod tests {
             [
                 "cbinder",
                 "debug",
+                "gki",
                 "kcov",
                 "perf",
                 "cbinder-ctabs",
