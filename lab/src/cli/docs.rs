@@ -449,7 +449,7 @@ mod tests {
         for (path, sub) in &all {
             if path != "lab" {
                 assert!(r.contains(&format!("## {path}\n")), "{path} has no section");
-                if !sub.get_about().is_some_and(|a| !a.to_string().trim().is_empty()) {
+                if sub.get_about().is_none_or(|a| a.to_string().trim().is_empty()) {
                     no_help.push(path.clone());
                 }
             }

@@ -7,6 +7,7 @@ pub mod bench;
 pub mod cache;
 pub mod catalog;
 pub mod compare;
+pub mod doc_blocks;
 pub mod docs;
 pub mod fuzz;
 pub mod gdb;
