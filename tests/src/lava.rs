@@ -43,7 +43,7 @@ impl LocalLava {
         manage(&["devices", "update", "--health", "GOOD", LAVA_DEVICE]);
         std::fs::write(
             format!("/etc/lava-server/dispatcher-config/devices/{LAVA_DEVICE}.jinja2"),
-            lab::report::lava::DEVICE_DICT,
+            lab::harness::lava::DEVICE_DICT,
         )
         .unwrap();
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();

@@ -216,7 +216,7 @@ fn lava_run_reports_the_default_plan_like_lab_run() {
     let lab = run_and_report(&o).unwrap();
     assert_ok(&lab);
     let dir = tempfile::tempdir().unwrap();
-    let w = lab::report::lava::write(&o, dir.path(), None).unwrap();
+    let w = lab::harness::lava::write(&o, dir.path(), None).unwrap();
     let out = Command::new("lava-run")
         .args(["--job-id", "1", "--output-dir"])
         .arg(dir.path().join("out"))
@@ -248,8 +248,8 @@ fn lava_run_reports_the_default_plan_like_lab_run() {
 #[ignore = "needs Debian's lava-server, lava-dispatcher and lavacli (cargo make setup --lava): cargo test -p lab-tests --test devloop -- --ignored lava_submit"]
 fn lava_submit_runs_the_default_plan_on_a_local_lava_instance() {
     let lava = LocalLava::start();
-    let farm = lab::report::lava::Farm::new(&lava.url, LAVA_USER, &lava.token).unwrap();
-    let outcomes = lab::report::lava::submit_and_collect(&opts("default"), &farm, None, 1).unwrap();
+    let farm = lab::harness::lava::Farm::new(&lava.url, LAVA_USER, &lava.token).unwrap();
+    let outcomes = lab::harness::lava::submit_and_collect(&opts("default"), &farm, None, 1).unwrap();
     let o = &outcomes[0];
     assert!(o.ok(), "{}\n{}", summary(o), lava.logs());
     let cases: Vec<String> = o.results().map(|(s, c, st, _)| format!("{s}/{c} {st:?}")).collect();

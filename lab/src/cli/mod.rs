@@ -370,7 +370,7 @@ pub fn execute(cmd: Cmd) -> Result<Exit> {
         Cmd::GuestBuild { manifest, out } => done(guest_build::run(&manifest, out)),
         Cmd::LavaJob { out, artifact_url, run } => done(lava::run(out, artifact_url.as_deref(), &run)),
         Cmd::LavaSubmit { server, user, token, artifact_url, boots, run } => {
-            let farm = crate::report::lava::Farm::new(&server, &user, &token)?;
+            let farm = crate::harness::lava::Farm::new(&server, &user, &token)?;
             lava::submit(&farm, artifact_url.as_deref(), boots, &run)
         }
         Cmd::Conformance { cases, .. } if cases.list => {
