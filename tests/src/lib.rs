@@ -1,6 +1,8 @@
 //! The end-to-end tests' fixtures (the tests live in tests/tests/): one way to start the
 //! `lab` binary, the run options a test starts from, and the check that a run passed.
 
+pub mod lava;
+
 use lab::harness::opts::RunOpts;
 use lab::harness::outcome::Outcome;
 use std::path::PathBuf;

@@ -9,6 +9,7 @@ use lab::harness::qemu::Tcg;
 use lab::report::summary::summary;
 use lab::report::{run_and_report, run_plan_and_report};
 use lab::support::paths;
+use lab_tests::lava::{LocalLava, LAVA_USER};
 use lab_tests::{assert_ok, opts};
 use labproto::Status;
 use std::path::Path;
@@ -215,7 +216,7 @@ fn lava_run_reports_the_default_plan_like_lab_run() {
     let lab = run_and_report(&o).unwrap();
     assert_ok(&lab);
     let dir = tempfile::tempdir().unwrap();
-    let w = lab::report::lava::write(&o, dir.path(), None).unwrap();
+    let w = lab::harness::lava::write(&o, dir.path(), None).unwrap();
     let out = Command::new("lava-run")
         .args(["--job-id", "1", "--output-dir"])
         .arg(dir.path().join("out"))
@@ -243,126 +244,14 @@ fn lava_run_reports_the_default_plan_like_lab_run() {
     assert!(log.contains(r#""case": "job", "definition": "lava", "result": "pass""#), "{log}");
 }
 
-/// A LAVA instance on this machine for one test (Debian's lava-server, lava-dispatcher's
-/// worker, a `qemu` device): PostgreSQL started if it was down, the server (gunicorn), the
-/// scheduler and a worker started here and stopped on drop, with their logs in `dir`.
-struct LocalLava {
-    children: Vec<std::process::Child>,
-    postgres: Option<String>,
-    url: String,
-    token: String,
-    dir: tempfile::TempDir,
-}
-
-const LAVA_USER: &str = "binder-lab-test";
-const LAVA_WORKER: &str = "binder-lab-test-worker";
-const LAVA_DEVICE: &str = "binder-lab-test-qemu";
-
-fn manage(args: &[&str]) -> std::process::Output {
-    Command::new("lava-server").arg("manage").args(args).output().expect("lava-server (cargo make setup --lava)")
-}
-
-impl LocalLava {
-    fn start() -> LocalLava {
-        let postgres = lab::provision::postgres::start_cluster().unwrap();
-        // The database outlives the test: each step tolerates what an earlier run made.
-        manage(&["users", "add", LAVA_USER, "--superuser", "--staff", "--passwd", LAVA_USER]);
-        let token = String::from_utf8_lossy(&manage(&["tokens", "add", "--user", LAVA_USER]).stdout).trim().to_string();
-        assert!(!token.is_empty(), "lava-server manage tokens add printed no token");
-        manage(&["workers", "add", LAVA_WORKER]);
-        let details = String::from_utf8_lossy(&manage(&["workers", "details", LAVA_WORKER]).stdout).into_owned();
-        let worker_token = details
-            .lines()
-            .find_map(|l| l.strip_prefix("token").map(|t| t.trim_start_matches([' ', ':']).trim().to_string()))
-            .unwrap_or_else(|| panic!("no worker token in {details}"));
-        manage(&["device-types", "add", "qemu"]);
-        manage(&["devices", "add", "--device-type", "qemu", "--worker", LAVA_WORKER, LAVA_DEVICE]);
-        manage(&["devices", "update", "--health", "GOOD", LAVA_DEVICE]);
-        std::fs::write(
-            format!("/etc/lava-server/dispatcher-config/devices/{LAVA_DEVICE}.jinja2"),
-            lab::report::lava::DEVICE_DICT,
-        )
-        .unwrap();
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let url = format!("http://127.0.0.1:{port}");
-        let dir = tempfile::tempdir().unwrap();
-        let logs = dir.path().to_path_buf();
-        let log = |n: &str| logs.join(n).display().to_string();
-        let spawn = |argv: &[String]| {
-            Command::new(&argv[0]).args(&argv[1..]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap()
-        };
-        let s = |v: &[&str]| v.iter().map(|a| a.to_string()).collect::<Vec<_>>();
-        // Built before the first process starts, so a failure below still stops what started.
-        let mut lava = LocalLava { children: vec![], postgres, url, token, dir };
-        let bind = format!("127.0.0.1:{port}");
-        lava.children.push(spawn(&s(&[
-            "gunicorn3",
-            "lava_server.wsgi",
-            "--bind",
-            &bind,
-            "--workers",
-            "2",
-            "--worker-class",
-            "eventlet",
-            "--log-file",
-            &log("gunicorn.log"),
-        ])));
-        lava.children.push(spawn(&s(&[
-            "lava-server",
-            "manage",
-            "lava-scheduler",
-            "--log-file",
-            &log("scheduler.log"),
-        ])));
-        let t0 = Instant::now();
-        while std::net::TcpStream::connect(&bind).is_err() {
-            assert!(t0.elapsed() < Duration::from_secs(60), "the LAVA server did not listen on {bind} within 60 s");
-            std::thread::sleep(Duration::from_millis(500));
-        }
-        let worker_url = format!("{}/", lava.url);
-        lava.children.push(spawn(&s(&[
-            "lava-worker",
-            "--name",
-            LAVA_WORKER,
-            "--url",
-            &worker_url,
-            "--token",
-            &worker_token,
-            "--worker-dir",
-            &log("worker"),
-            "--log-file",
-            &log("worker.log"),
-        ])));
-        lava
-    }
-}
-
-impl Drop for LocalLava {
-    fn drop(&mut self) {
-        for c in self.children.iter_mut().rev() {
-            // SIGTERM: gunicorn's master then stops its workers, lava-worker its job.
-            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
-            let _ = c.wait();
-        }
-        if let Some(pg) = &self.postgres {
-            let _ = lab::provision::postgres::stop_cluster(pg);
-        }
-    }
-}
-
 #[test]
 #[ignore = "needs Debian's lava-server, lava-dispatcher and lavacli (cargo make setup --lava): cargo test -p lab-tests --test devloop -- --ignored lava_submit"]
 fn lava_submit_runs_the_default_plan_on_a_local_lava_instance() {
     let lava = LocalLava::start();
-    let farm = lab::report::lava::Farm::new(&lava.url, LAVA_USER, &lava.token).unwrap();
-    let outcomes = lab::report::lava::submit_and_collect(&opts("default"), &farm, None, 1).unwrap();
-    let logs = || {
-        ["gunicorn.log", "scheduler.log", "worker.log"]
-            .map(|n| format!("{n}:\n{}", std::fs::read_to_string(lava.dir.path().join(n)).unwrap_or_default()))
-            .join("\n")
-    };
+    let farm = lab::harness::lava::Farm::new(&lava.url, LAVA_USER, &lava.token).unwrap();
+    let outcomes = lab::harness::lava::submit_and_collect(&opts("default"), &farm, None, 1).unwrap();
     let o = &outcomes[0];
-    assert!(o.ok(), "{}\n{}", summary(o), logs());
+    assert!(o.ok(), "{}\n{}", summary(o), lava.logs());
     let cases: Vec<String> = o.results().map(|(s, c, st, _)| format!("{s}/{c} {st:?}")).collect();
     assert_eq!(
         cases,
@@ -400,49 +289,15 @@ fn lava_reproduce_runs_its_boots_as_jobs_on_a_local_lava_instance() {
     assert!(r.seed002.rows.values().all(|row| !row.per_mode.is_empty()), "{}", r.text);
 }
 
-#[test]
-#[ignore = "cross-builds rsbinder from crates.io (a few minutes): cargo test -p lab-tests --test devloop -- --ignored own_client"]
-fn own_client_rsbinder_recipe_builds_and_runs() {
-    // The own-client recipe's files, taken from the documentation page itself.
-    let dir = tempfile::tempdir().unwrap();
-    for (name, body) in own_client_recipe() {
-        let p = dir.path().join(name);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, body).unwrap();
-    }
-    let bins = rootfs::build_user_crate(&dir.path().join("hello-binder/Cargo.toml")).unwrap();
-    assert_eq!(bins.len(), 2, "{bins:?}");
-    let overlay = dir.path().join("overlay");
-    std::fs::create_dir_all(overlay.join("bin")).unwrap();
-    for b in &bins {
-        std::fs::copy(b, overlay.join("bin").join(b.file_name().unwrap())).unwrap();
-    }
-    let o = RunOpts { overlay: Some(overlay), ..opts(dir.path().join("hello.toml").to_str().unwrap()) };
-    let out = run_and_report(&o).unwrap();
-    assert_ok(&out);
-    assert_eq!(status(&out, "echo"), Some((Status::Pass, Some("hello from rsbinder".into()))));
-}
-
-/// The files of docs/src/guide/own-client.md: each "`path`:" line followed by a code block.
+/// The files of docs/src/guide/own-client.md (its recipe runs in tests/tests/doc_blocks.rs).
 fn own_client_recipe() -> Vec<(String, String)> {
     let page = std::fs::read_to_string(paths::repo().join(OWN_CLIENT_PAGE)).unwrap();
-    let mut files = vec![];
-    let mut rest = page.as_str();
-    while let Some(i) = rest.find("\n`") {
-        rest = &rest[i + 2..];
-        let name = &rest[..rest.find('`').unwrap()];
-        let Some(code) = rest.find(":\n\n```").map(|j| &rest[j + 3..]) else { continue };
-        let body = &code[code.find('\n').unwrap() + 1..code.find("\n```").unwrap() + 1];
-        if !name.contains(' ') && [".toml", ".rs", ".aidl"].iter().any(|x| name.ends_with(x)) {
-            files.push((name.to_string(), body.to_string()));
-        }
-    }
-    files
+    lab::cli::doc_blocks::page_files(&page)
 }
 
 const OWN_CLIENT_PAGE: &str = "docs/src/guide/own-client.md";
 
-/// The slow test above builds what the page shows; this fast one keeps the page parseable
+/// The page's recipe runs in test-slow (doc_blocks.rs); this fast one keeps the page parseable
 /// (a moved page or a renamed file fails here, not only under --ignored).
 #[test]
 fn own_client_recipe_has_its_files() {

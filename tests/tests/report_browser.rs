@@ -86,9 +86,17 @@ fn nightly_report_renders_in_chromium_and_fails_without_a_plot() {
     );
 }
 
+/// Tables in a Markdown text: their rule lines (`| --- | --- |`).
+fn markdown_tables(md: &str) -> usize {
+    md.lines()
+        .filter(|l| l.trim_start().starts_with('|') && l.contains("---") && l.chars().all(|c| "|-: ".contains(c)))
+        .count()
+}
+
 /// `lab ab`'s report (ab.html with its plots), rendered from recorded samples of a known C
 /// driver slowdown (docs/src/results/ab.md's first boot pair), in Chromium: no console
-/// message, no missing plot, every plot drawn; then a script error must fail the check.
+/// message, no missing plot, every plot drawn, every table of ab.md a `<table>` and no
+/// Markdown shown as typed; then a script error must fail the check.
 #[test]
 fn ab_report_renders_in_chromium() {
     use lab::measure::ab::{self, Report, Size};
@@ -152,8 +160,15 @@ fn ab_report_renders_in_chromium() {
     let html = dir.path().join("ab.html");
     let seen = browser::open(&html).unwrap();
     assert!(seen.problems.is_empty(), "{:#?}", seen.problems);
+    assert!(markdown_tables(&md) >= 1, "ab.md has its tables: {md}");
+    assert_eq!(seen.tables, markdown_tables(&md), "every table of ab.md is a <table> in ab.html:\n{md}");
     assert!(seen.svgs >= 4, "three bar plots and the sendvec plot, got {} svg elements", seen.svgs);
     assert_eq!(seen.screenshot, dir.path().join("ab.png"));
+    if std::env::var_os("LAB_KEEP_REPORT").is_some() {
+        // For the results pages: the rendered report and its screenshot, kept.
+        eprintln!("kept {}", dir.keep().display());
+        return;
+    }
 
     let text = std::fs::read_to_string(&html).unwrap().replace("</body>", "<script>nosuch()</script></body>");
     std::fs::write(&html, text).unwrap();

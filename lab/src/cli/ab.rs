@@ -24,8 +24,9 @@ pub struct AbArgs {
     /// REV [default: HEAD]; repeatable, after --series.
     #[arg(long, value_name = "GIT_DIR[@REV]")]
     pub tree: Vec<String>,
-    /// The base flavor (perf: the Rust driver; cbinder: the C driver; phone: perf with Android's
-    /// scheduler patches). Its debug flavor (debug, cbinder-debug, ...) carries the patches too.
+    /// The base flavor (perf: the Rust driver; cbinder: the C driver; or any of `lab list
+    /// flavors`). Its debug flavor (debug, cbinder-debug, ...) carries the patches too. The
+    /// phone's scheduler placement is the run option `--policy phone`, not a flavor.
     #[arg(long, default_value = crate::kbuild::flavor::DEFAULT, value_parser = crate::cli::catalog::Choice::flavors())]
     pub base: String,
     /// quick: 5 boots per arm, small workloads, a 5k-operation fuzz; full: 8 boots, 3

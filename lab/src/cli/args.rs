@@ -170,7 +170,7 @@ pub struct RunFields {
     #[arg(long, value_name = "SIZE")]
     pub memory: Option<String>,
     /// KUnit suites/cases to run, as kunit.filter_glob=GLOB on the kernel command line
-    /// (debug flavor, `--plan kunit`), e.g. 'ctabs*' or 'ctabs.pick_*'.
+    /// (debug flavor, `--plan kunit`), e.g. 'rust_binder_ctabs*' or 'rust_binder_ctabs.same_cpu*'.
     #[arg(long, value_name = "GLOB")]
     pub filter: Option<String>,
     #[command(flatten)]
@@ -351,7 +351,7 @@ mod tests {
         ("collect", &["/tmp/x", "/tmp/y"]),
         ("smp", &["4"]),
         ("memory", &["4G"]),
-        ("filter", &["ctabs.pick_*"]),
+        ("filter", &["rust_binder_ctabs.same_cpu*"]),
         ("kconfig", &["x.config"]),
         ("kconfig-add", &["CONFIG_A=y", "CONFIG_B=n"]),
         ("gdb", &[]),

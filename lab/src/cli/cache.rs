@@ -28,6 +28,7 @@ pub enum CacheCmd {
     /// lab QEMUs beyond 3 (never one used within the last hour), leftovers of interrupted
     /// publishes and DTBs in the old layout. Nothing is removed without --apply.
     Gc {
+        /// Remove what pruning would free (without it, gc only lists it).
         #[arg(long)]
         apply: bool,
     },

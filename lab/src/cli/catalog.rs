@@ -105,6 +105,12 @@ impl TypedValueParser for Choice {
         if self.paths_too || entries(self.kind).iter().any(|e| e.name == v) {
             return Ok(v);
         }
+        // A removed flavor names what replaced it (`phone`: `--policy phone`), not only the list.
+        if let Some(instead) = crate::kbuild::flavor::retired(&v).filter(|_| self.kind == Kind::Flavors) {
+            let what = arg.map(|a| a.to_string()).unwrap_or_default();
+            let msg = format!("{what} {v}: the flavor was removed; use {instead}\n");
+            return Err(clap::Error::raw(clap::error::ErrorKind::ValueValidation, msg).with_cmd(cmd));
+        }
         let mut err = clap::Error::new(clap::error::ErrorKind::InvalidValue).with_cmd(cmd);
         use clap::error::{ContextKind, ContextValue};
         if let Some(a) = arg {
@@ -159,5 +165,18 @@ mod tests {
             "{flavors}"
         );
         assert!(flavors.contains("seed 001's patch"), "{flavors}");
+    }
+
+    #[test]
+    fn a_removed_flavor_names_what_replaced_it() {
+        let cmd =
+            clap::Command::new("lab").arg(clap::Arg::new("flavor").long("flavor").value_parser(Choice::flavors()));
+        let e = cmd.clone().try_get_matches_from(["lab", "--flavor", "phone"]).unwrap_err().to_string();
+        assert!(
+            e.contains("--flavor <flavor> phone: the flavor was removed; use perf") && e.contains("--policy phone"),
+            "{e}"
+        );
+        let e = cmd.try_get_matches_from(["lab", "--flavor", "nosuch"]).unwrap_err().to_string();
+        assert!(e.contains("invalid value 'nosuch'") && e.contains("perf") && !e.contains("removed"), "{e}");
     }
 }

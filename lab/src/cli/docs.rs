@@ -109,15 +109,21 @@ pub fn command_reference() -> String {
 
     // The options every guest-booting command flattens in are described once, at the end.
     let shared = run_options();
-    let subs: Vec<&clap::Command> =
-        cmd.get_subcommands().filter(|c| !c.is_hide_set() && c.get_name() != "help").collect();
-    s.push_str("## Commands\n\n");
-    for sub in &subs {
-        let _ = writeln!(s, "- [`lab {}`](#lab-{}): {}", sub.get_name(), sub.get_name(), first_sentence(sub));
+    s.push_str("## Options of `lab` itself\n\n");
+    s.push_str("Given before the command: `lab --offline run`, `./lab.sh --offline run` (a `cargo make` ");
+    s.push_str("task puts its arguments after the command, so use the env variable there).\n\n");
+    for a in own_args(&cmd) {
+        arg_item(&mut s, a);
     }
     s.push('\n');
-    for sub in &subs {
-        command_section(&mut s, sub, &shared);
+    let subs = commands(&cmd, "lab");
+    s.push_str("## Commands\n\n");
+    for (path, sub) in &subs {
+        let _ = writeln!(s, "- [`{path}`](#{}): {}", path.replace(' ', "-"), first_sentence(sub));
+    }
+    s.push('\n');
+    for (path, sub) in &subs {
+        command_section(&mut s, path, sub, &shared);
     }
     s.push_str("## Run options\n\n");
     s.push_str("Every command that boots a guest takes these (`RunArgs` in `lab/src/cli/args.rs`). ");
@@ -154,20 +160,34 @@ fn run_options() -> Vec<clap::Arg> {
     c.get_arguments().filter(|a| !matches!(a.get_id().as_str(), "help" | "version")).cloned().collect()
 }
 
-fn command_section(s: &mut String, sub: &clap::Command, shared: &[clap::Arg]) {
-    let name = sub.get_name();
-    let _ = writeln!(s, "## lab {name}\n");
+/// Every command below `cmd`, depth first, with its path (`lab cache verify`); `help` and
+/// hidden ones left out.
+fn commands<'a>(cmd: &'a clap::Command, path: &str) -> Vec<(String, &'a clap::Command)> {
+    let mut out = vec![];
+    for sub in cmd.get_subcommands().filter(|c| !c.is_hide_set() && c.get_name() != "help") {
+        let p = format!("{path} {}", sub.get_name());
+        out.push((p.clone(), sub));
+        out.extend(commands(sub, &p));
+    }
+    out
+}
+
+/// A command's own options: not help or version, not hidden, not propagated from above.
+fn own_args(cmd: &clap::Command) -> impl Iterator<Item = &clap::Arg> {
+    cmd.get_arguments()
+        .filter(|a| !a.is_hide_set() && !a.is_global_set() && !matches!(a.get_id().as_str(), "help" | "version"))
+}
+
+fn command_section(s: &mut String, path: &str, sub: &clap::Command, shared: &[clap::Arg]) {
+    let _ = writeln!(s, "## {path}\n");
     let about = sub.get_long_about().or(sub.get_about()).map(|a| a.to_string()).unwrap_or_default();
     let _ = writeln!(s, "{}\n", one_line(about));
-    let mut usage = sub.clone().bin_name(format!("lab {name}"));
+    let mut usage = sub.clone().bin_name(path);
     let _ = writeln!(s, "```text\n{}\n```\n", usage.render_usage().to_string().trim_start_matches("Usage: "));
     let ids: BTreeSet<&str> = sub.get_arguments().map(|a| a.get_id().as_str()).collect();
     let takes_run_options = shared.iter().all(|a| ids.contains(a.get_id().as_str()));
-    let own: Vec<&clap::Arg> = sub
-        .get_arguments()
-        .filter(|a| !a.is_hide_set() && !matches!(a.get_id().as_str(), "help" | "version"))
-        .filter(|a| !takes_run_options || !shared.iter().any(|r| r.get_id() == a.get_id()))
-        .collect();
+    let own: Vec<&clap::Arg> =
+        own_args(sub).filter(|a| !takes_run_options || !shared.iter().any(|r| r.get_id() == a.get_id())).collect();
     for a in &own {
         arg_item(s, a);
     }
@@ -422,21 +442,55 @@ mod tests {
         let r = command_reference();
         let mut cmd = super::super::Cli::command();
         cmd.build();
-        for sub in cmd.get_subcommands().filter(|c| c.get_name() != "help") {
-            assert!(r.contains(&format!("## lab {}\n", sub.get_name())), "{}", sub.get_name());
-            for a in sub.get_arguments().filter(|a| !a.is_hide_set()) {
-                if let Some(l) = a.get_long().filter(|l| !["help", "version"].contains(l)) {
+        // Every command at every depth (`lab cache verify`), every option of each and of `lab`
+        // itself, each with a help text.
+        let mut all = vec![("lab".to_string(), &cmd)];
+        all.extend(commands(&cmd, "lab"));
+        assert!(all.iter().any(|(p, _)| p == "lab cache verify"), "nested commands: {:?}", all.iter().map(|a| &a.0));
+        let mut no_help = vec![];
+        for (path, sub) in &all {
+            if path != "lab" {
+                assert!(r.contains(&format!("## {path}\n")), "{path} has no section");
+                if sub.get_about().is_none_or(|a| a.to_string().trim().is_empty()) {
+                    no_help.push(path.clone());
+                }
+            }
+            for a in own_args(sub) {
+                let name = a.get_long().map(|l| format!("--{l}")).unwrap_or_else(|| a.get_id().to_string());
+                if let Some(l) = a.get_long() {
                     let named = r.contains(&format!("--{l}`")) || r.contains(&format!("--{l} <"));
-                    assert!(named, "--{l} of {}", sub.get_name());
+                    assert!(named, "--{l} of {path} is not in the reference");
+                }
+                let help = a.get_long_help().or(a.get_help()).map(|h| h.to_string()).unwrap_or_default();
+                if help.trim().is_empty() {
+                    no_help.push(format!("{name} of {path}"));
                 }
             }
         }
+        assert!(no_help.is_empty(), "empty help strings (a doc comment on the field): {no_help:?}");
+        assert!(r.contains("- `--offline` (env `LAB_OFFLINE`)"), "{r}");
+        assert!(r.contains("## lab cache gc\n") && r.contains("- `--apply`"), "{r}");
         // The run options are written once, with their env and default.
         assert_eq!(r.matches("- `--board <BOARD>`").count(), 1, "{r}");
         assert!(r.contains("## lab conformance\n") && r.contains("- `--case <NAME>`"), "{r}");
         assert!(r.contains("env `LAB_BOARD`; default `sa8155p`; a name from `lab list boards`, or a path"), "{r}");
         assert!(r.contains("one of `multi`, `single`, `icount`, `hicount`"), "{r}");
         assert!(r.contains("| `cargo make run-qemu` | `lab run` |"), "{r}");
+    }
+
+    /// The notebook claims to list every measurement: its table links every results page.
+    #[test]
+    fn notebook_lists_every_results_page() {
+        let dir = paths::repo().join("docs/src/results");
+        let notebook = std::fs::read_to_string(dir.join("notebook.md")).unwrap();
+        let table: Vec<String> = notebook.lines().filter(|l| l.starts_with("| [")).flat_map(markdown_links).collect();
+        let missing: Vec<String> = files_with_extension(&dir, "md")
+            .unwrap()
+            .into_iter()
+            .filter_map(|p| Some(p.file_name()?.to_str()?.to_string()))
+            .filter(|f| f != "notebook.md" && !table.iter().any(|l| l == f))
+            .collect();
+        assert!(missing.is_empty(), "docs/src/results/notebook.md's table lacks a row for: {missing:?}");
     }
 
     #[test]

@@ -2,8 +2,8 @@
 //! `lab lava-submit`: the plan run as LAVA jobs on a farm, its results read back.
 
 use crate::cli::args::RunArgs;
+use crate::harness::lava::Farm;
 use crate::harness::outcome::Exit;
-use crate::report::lava::Farm;
 use crate::report::summary::summary;
 use crate::support::paths;
 use anyhow::{bail, Context, Result};
@@ -13,7 +13,7 @@ pub fn run(out: Option<PathBuf>, artifact_url: Option<&str>, args: &RunArgs) -> 
     let opts = args.opts("default")?;
     let name = format!("{}-{}-{}", opts.plan, opts.board, opts.flavor);
     let out = out.unwrap_or_else(|| paths::repo().join("target/lab/lava").join(paths::path_safe(&name)));
-    let w = crate::report::lava::write(&opts, &out, artifact_url)?;
+    let w = crate::harness::lava::write(&opts, &out, artifact_url)?;
     println!("{}", w.job.display());
     println!(
         "run it locally: lava-run --job-id 1 --output-dir {} --device {} {}",
@@ -32,8 +32,9 @@ pub fn submit(farm: &Farm, artifact_url: Option<&str>, boots: usize, args: &RunA
     }
     let opts = args.opts("default")?;
     let mut exit = Exit::Ok;
-    let outcomes = crate::report::lava::submit_and_collect(&opts, farm, artifact_url, boots)?;
+    let outcomes = crate::harness::lava::submit_and_collect(&opts, farm, artifact_url, boots)?;
     for o in &outcomes {
+        crate::report::write_reports(&o.dir, o)?;
         print!("{}", summary(o));
         if exit == Exit::Ok {
             exit = o.exit();
@@ -84,7 +85,7 @@ impl FarmArgs {
         }
         // The URL is checked now, not at the first boot.
         Farm::new(&target.server, &target.user, &target.token)?;
-        crate::report::lava::refuse_on_farm(opts)?;
+        crate::harness::lava::refuse_on_farm(opts)?;
         crate::support::progress::note(format!("every boot goes to the LAVA farm {server} as one job"));
         opts.lava = Some(target);
         Ok(())

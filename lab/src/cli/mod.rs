@@ -8,6 +8,7 @@ pub mod bench;
 pub mod cache;
 pub mod catalog;
 pub mod compare;
+pub mod doc_blocks;
 pub mod docs;
 pub mod freeze;
 pub mod fuzz;
@@ -176,12 +177,21 @@ pub enum Cmd {
         #[command(flatten)]
         run: RunArgs,
     },
-    /// Everything `cargo make test` runs: unit tests, kernels, end-to-end tests.
-    Test,
+    /// Everything `cargo make test` runs: unit tests, kernels, end-to-end tests. With --slow,
+    /// what `cargo make test-slow` runs instead: every `#[ignore]`d test of the workspace.
+    Test {
+        /// Every ignored test of the host workspace, one at a time (`cargo make test-slow`).
+        #[arg(long)]
+        slow: bool,
+        /// With --slow: only the tests whose name contains one of these (cargo test's filter).
+        #[arg(requires = "slow", value_name = "FILTER")]
+        filter: Vec<String>,
+    },
     /// Clippy, rustfmtcheck and checkpatch over rust-driver/.
     DriverCheck,
     /// Seed 000's benchmarks under CTABS modes 0, 1, 2 (interleaved, one boot) with CIs.
     Bench {
+        /// How much each repetition does: quick (about two minutes, the report's shape) or full.
         #[arg(long, value_enum, default_value = "full")]
         profile: crate::measure::bench::Profile,
         /// Repetitions per mode (the full default takes about 8 minutes here).
@@ -201,8 +211,10 @@ pub enum Cmd {
         run: RunArgs,
     },
     /// Every table of the three seed mails: the seed's figure beside the lab's (median, 95%
-    /// CI) and whether the direction matches. Boots the perf and cbinder kernels.
+    /// CI) and whether the direction matches. Boots four kernels: perf, cbinder-ctabs (seed 000
+    /// on the C driver), cbinder and cbinder-spin (seed 001).
     Reproduce {
+        /// quick (about a minute, checks the tables' shape) or full (the figures).
         #[arg(long, value_enum, default_value = "full")]
         profile: crate::measure::bench::Profile,
         /// Where reproduce.md and reproduce.json go [default: target/lab/reproduce/<time>].
@@ -228,6 +240,7 @@ pub enum Cmd {
     /// JUnit, JSON, KCIDB JSON and an HTML report. Non-zero exit on any failure, splat or
     /// regression against --baseline.
     Nightly {
+        /// quick (what `cargo make test` runs) or full (the nightly's benchmarks and fuzz).
         #[arg(long, value_enum, default_value = "full")]
         profile: crate::measure::bench::Profile,
         /// Artifact directory [default: target/lab/nightly/<time>].
@@ -259,11 +272,13 @@ pub enum Cmd {
     },
     /// List boards, plans, kernel flavors or conformance cases.
     List {
+        /// What to list.
         #[arg(value_enum)]
         what: catalog::Kind,
     },
     /// Print a shell completion script, e.g. `lab completions bash > ~/.local/share/bash-completion/completions/lab`.
     Completions {
+        /// The shell the script is for.
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
@@ -299,8 +314,11 @@ pub enum Cmd {
     },
     /// Compare two nightly.json files (baseline, current) with the nightly's regression rule.
     Compare {
+        /// The earlier nightly.json.
         baseline: std::path::PathBuf,
+        /// The later nightly.json, checked against the baseline.
         current: std::path::PathBuf,
+        /// Percent by which a gated metric may be worse than the baseline.
         #[arg(long, default_value_t = 10.0)]
         threshold: f64,
     },
@@ -361,7 +379,8 @@ pub fn execute(cmd: Cmd) -> Result<Exit> {
         Cmd::QemuExport => done(qemu::export()),
         Cmd::QemuReset => done(qemu::reset()),
         Cmd::Shell(args) => done(crate::harness::run::shell(&args.opts("shell")?)),
-        Cmd::Test => test::run(),
+        Cmd::Test { slow: false, .. } => test::run(),
+        Cmd::Test { slow: true, filter } => test::slow(&filter),
         Cmd::DriverCheck => done(crate::kbuild::driver_check::run()),
         Cmd::Reproduce { from: Some(dir), .. } => done(reproduce::rerender(&dir)),
         // gdb's own exit code is passed on.
@@ -370,7 +389,7 @@ pub fn execute(cmd: Cmd) -> Result<Exit> {
         Cmd::LavaJob { out, artifact_url, run } => done(lava::run(out, artifact_url.as_deref(), &run)),
         Cmd::LavaSubmit { server, user, token_file, artifact_url, boots, run } => {
             let token = lava::token(token_file.as_deref(), "--token-file")?;
-            let farm = crate::report::lava::Farm::new(&server, &user, &token)?;
+            let farm = crate::harness::lava::Farm::new(&server, &user, &token)?;
             lava::submit(&farm, artifact_url.as_deref(), boots, &run)
         }
         Cmd::Conformance { cases, .. } if cases.list => {

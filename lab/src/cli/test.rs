@@ -23,6 +23,26 @@ fn cargo(args: &[&str], what: &str) -> Result<bool> {
     Ok(st.success())
 }
 
+/// `cargo make test-slow`: every `#[ignore]`d test of the host workspace, one at a time:
+/// lab's unit tests that download (Debian's mirror, PyPI) or read this machine's cache, the
+/// guest workspace's cross-build, and lab-tests' slow end-to-end tests (DWARF and IKCONFIG
+/// kernels, LAVA after `cargo make setup --lava`, the guided fuzzer's KCOV kernels, the
+/// guides' slow shell blocks). The guest workspace's ignored tests are seed-printing tools,
+/// not checks, and stay out.
+pub fn slow(filter: &[String]) -> Result<Exit> {
+    let t0 = Instant::now();
+    if !cargo(&["build", "-p", "lab"], "the lab binary")? {
+        bail!("building the lab binary failed");
+    }
+    let mut args = vec!["test", "--workspace", "--no-fail-fast", "--", "--ignored", "--test-threads=1"];
+    args.extend(filter.iter().map(String::as_str));
+    if !cargo(&args, "the slower tests (every #[ignore]d one)")? {
+        return Ok(Exit::TestFailure);
+    }
+    eprintln!("\nlab test --slow: all passed in {:.0?}", t0.elapsed());
+    Ok(Exit::Ok)
+}
+
 pub fn run() -> Result<Exit> {
     let t0 = Instant::now();
     if !cargo(&["test", "--workspace", "--exclude", "lab-tests"], "host unit tests")? {

@@ -1,6 +1,6 @@
 //! Stage 3: one guest run. Options and inputs, QEMU's argv, the DTB cache, the run itself,
-//! its outcome and manifest, the console's splat scanner and KTAP parser, the board's
-//! `[expect]` check. Imports `kbuild`, `provision` and `support`.
+//! here or as a LAVA job on a farm (`lava`), its outcome and manifest, the console's splat
+//! scanner and KTAP parser, the board's `[expect]` check. Imports `kbuild`, `provision` and `support`.
 
 pub mod adhoc;
 pub mod board_override;
@@ -12,6 +12,7 @@ pub mod expect;
 pub mod gdb;
 pub mod gtest;
 pub mod ktap;
+pub mod lava;
 pub mod manifest;
 pub mod monitor;
 pub mod opts;

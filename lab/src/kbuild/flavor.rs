@@ -29,6 +29,11 @@ const RETIRED: &[(&str, &str)] = &[
     ("phone-debug", "debug: android-sched/ is in every kernel now; the phone's policy is a run option (--policy phone, sa8155p's default)"),
 ];
 
+/// What replaced a removed flavor, for the CLI's error (`--flavor phone`).
+pub fn retired(name: &str) -> Option<&'static str> {
+    RETIRED.iter().find(|(n, _)| *n == name).map(|(_, instead)| *instead)
+}
+
 /// Where composed flavors are declared.
 pub const MANIFEST: &str = "flavors.toml";
 
@@ -162,7 +167,7 @@ pub fn load_in(dir: &Path, repo: &Path, name: &str) -> Result<Flavor> {
         });
     }
     let path = dir.join(format!("{name}.config"));
-    if let Some((_, instead)) = RETIRED.iter().find(|(n, _)| *n == name).filter(|_| !path.is_file()) {
+    if let Some(instead) = retired(name).filter(|_| !path.is_file()) {
         bail!("kernel flavor {name:?} was removed; use {instead}");
     }
     if !path.is_file() {

@@ -1,7 +1,8 @@
 //! Opens an HTML report in a real browser (Debian's headless Chromium) and says what a reader
 //! would see go wrong: a console message (the reports carry no script, so any message is an
 //! error: a bad inline SVG, a blocked resource), a plot the report names as missing, an
-//! `<img>` whose file is not there. Leaves a screenshot beside the report.
+//! `<img>` whose file is not there, Markdown syntax shown as typed (a table left as `| a | b |`
+//! lines, `**bold**`, backticks). Leaves a screenshot beside the report.
 
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
@@ -40,6 +41,8 @@ pub struct Seen {
     pub problems: Vec<String>,
     /// Inline SVG plots in the rendered page.
     pub svgs: usize,
+    /// `<table>` elements in the rendered page.
+    pub tables: usize,
 }
 
 /// Opens `html` in headless Chromium: the DOM as rendered, the console, and a screenshot
@@ -72,7 +75,8 @@ pub fn open(html: &Path) -> Result<Seen> {
     let mut problems: Vec<String> =
         console_messages(&format!("{log1}\n{log2}")).into_iter().map(|m| format!("console: {m}")).collect();
     problems.extend(missing_images(&dom, html.parent().unwrap_or(Path::new("/"))));
-    Ok(Seen { screenshot, problems, svgs: dom.matches("<svg").count() })
+    problems.extend(literal_markdown(&dom));
+    Ok(Seen { screenshot, problems, svgs: dom.matches("<svg").count(), tables: dom.matches("<table").count() })
 }
 
 /// The console messages in Chromium's stderr log, deduplicated (two page loads).
@@ -105,6 +109,61 @@ pub fn missing_images(dom: &str, dir: &Path) -> Vec<String> {
     out
 }
 
+/// Markdown syntax a reader would see as typed: the page's text outside code (`<pre>`,
+/// `<code>`), plots and styles, with the tags removed, searched for a table's rule (`| ---`),
+/// `**` and backticks. One line per kind, naming the first place.
+pub fn literal_markdown(dom: &str) -> Vec<String> {
+    let mut text = dom.to_string();
+    for tag in ["pre", "code", "svg", "style", "script"] {
+        text = drop_elements(&text, tag);
+    }
+    let visible = strip_tags(&text);
+    let mut out = vec![];
+    for (what, needle) in [("a table's rule", "| ---"), ("a table's rule", "|---"), ("**", "**"), ("a backtick", "`")] {
+        if let Some(at) = visible.find(needle) {
+            let line = visible[..at].rsplit('\n').next().unwrap_or("").to_string() + &visible[at..];
+            let line = line.lines().next().unwrap_or("").trim();
+            out.push(format!("literal Markdown ({what}) in the page: {line}"));
+        }
+    }
+    out.dedup_by(|a, b| a.split(')').next() == b.split(')').next());
+    out
+}
+
+/// `s` without every `<tag ...>...</tag>` element.
+fn drop_elements(s: &str, tag: &str) -> String {
+    let (open, close) = (format!("<{tag}"), format!("</{tag}>"));
+    let mut out = String::new();
+    let mut rest = s;
+    while let Some(i) = rest.find(&open) {
+        out.push_str(&rest[..i]);
+        match rest[i..].find(&close) {
+            Some(j) => rest = &rest[i + j + close.len()..],
+            None => rest = "",
+        }
+    }
+    out + rest
+}
+
+/// The text of an HTML fragment: tags removed, the common entities decoded.
+fn strip_tags(s: &str) -> String {
+    let mut out = String::new();
+    let mut in_tag = false;
+    for c in s.chars() {
+        match c {
+            // Every tag ends a line: a block's text stays on its own line.
+            '<' => {
+                in_tag = true;
+                out.push('\n');
+            }
+            '>' if in_tag => in_tag = false,
+            c if !in_tag => out.push(c),
+            _ => {}
+        }
+    }
+    out.replace("&lt;", "<").replace("&gt;", ">").replace("&quot;", "\"").replace("&amp;", "&")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -124,6 +183,22 @@ mod tests {
                 "\"boom\", source: file:///tmp/bt/x.html (1)"
             ]
         );
+    }
+
+    #[test]
+    fn literal_markdown_is_found_outside_code() {
+        let old = "<p>| gate | result |</p><p>| --- | --- |</p><p>**Result: FAIL**</p><p>`perf`</p>";
+        assert_eq!(
+            literal_markdown(old),
+            [
+                "literal Markdown (a table's rule) in the page: | --- | --- |",
+                "literal Markdown (**) in the page: **Result: FAIL**",
+                "literal Markdown (a backtick) in the page: `perf`"
+            ]
+        );
+        let new = "<style>a{}</style><table><tr><th>gate</th></tr></table><p><strong>Result: FAIL</strong> \
+                   <code>perf</code></p><pre><code>cargo make ab `x` **y**\n| --- |</code></pre><svg>**</svg>";
+        assert!(literal_markdown(new).is_empty(), "{:?}", literal_markdown(new));
     }
 
     #[test]

@@ -61,73 +61,30 @@ impl Page {
 
     /// An SVG file inlined; a missing file is named instead of silently dropped.
     pub fn svg(&mut self, path: &Path) -> &mut Self {
-        match std::fs::read_to_string(path) {
-            Ok(svg) => {
-                // Inline SVG must not carry an XML declaration.
-                let start = svg.find("<svg").unwrap_or(0);
-                let _ = writeln!(self.body, "<span class=\"plots\">{}</span>", &svg[start..]);
-            }
-            Err(e) => {
-                let _ = writeln!(
-                    self.body,
-                    "<p class=\"fail\">plot {} missing: {e}</p>",
-                    xml_escape(&path.display().to_string())
-                );
-            }
-        }
+        let _ = writeln!(self.body, "{}", svg_html(path));
         self
     }
 
-    /// The subset of Markdown the lab's reports use: headings, fenced blocks, bullets,
-    /// paragraphs and `![alt](file.svg)` images, which are inlined from `dir`.
+    /// Markdown (CommonMark with tables and strikethrough, through pulldown-cmark) as HTML.
+    /// An image whose file ends in `.svg` is inlined from `dir`, like [`Page::svg`]; raw HTML
+    /// in the text is shown as text, since a report's Markdown carries data, not markup.
     pub fn markdown(&mut self, md: &str, dir: &Path) -> &mut Self {
-        let mut in_code = false;
-        let mut code = String::new();
-        let mut in_list = false;
-        for line in md.lines() {
-            if line.starts_with("```") {
-                if in_code {
-                    self.pre(&code);
-                    code.clear();
+        use pulldown_cmark::{html, Event, Options, Parser, Tag, TagEnd};
+        let mut events = vec![];
+        let mut in_image = false;
+        for ev in Parser::new_ext(md, Options::ENABLE_TABLES | Options::ENABLE_STRIKETHROUGH) {
+            match ev {
+                Event::Start(Tag::Image { dest_url, .. }) if dest_url.ends_with(".svg") => {
+                    in_image = true;
+                    events.push(Event::InlineHtml(svg_html(&dir.join(dest_url.as_ref())).into()));
                 }
-                in_code = !in_code;
-                continue;
-            }
-            if in_code {
-                code.push_str(line);
-                code.push('\n');
-                continue;
-            }
-            let bullet = line.strip_prefix("- ");
-            if in_list && bullet.is_none() {
-                self.body.push_str("</ul>\n");
-                in_list = false;
-            }
-            if let Some(b) = bullet {
-                if !in_list {
-                    self.body.push_str("<ul>\n");
-                    in_list = true;
-                }
-                let _ = writeln!(self.body, "<li>{}</li>", xml_escape(b));
-            } else if let Some(h) = line.strip_prefix("### ") {
-                self.h(4, h);
-            } else if let Some(h) = line.strip_prefix("## ") {
-                self.h(3, h);
-            } else if let Some(h) = line.strip_prefix("# ") {
-                self.h(2, h);
-            } else if line.trim_start().starts_with("![") {
-                for img in line.split("![").skip(1) {
-                    if let Some(file) = img.split_once("](").and_then(|(_, r)| r.split_once(')')).map(|(f, _)| f) {
-                        self.svg(&dir.join(file));
-                    }
-                }
-            } else if !line.trim().is_empty() {
-                self.p(line);
+                // The alt text of an inlined plot: the SVG carries its own title.
+                _ if in_image => in_image = !matches!(ev, Event::End(TagEnd::Image)),
+                Event::Html(t) | Event::InlineHtml(t) => events.push(Event::Text(t)),
+                ev => events.push(ev),
             }
         }
-        if in_list {
-            self.body.push_str("</ul>\n");
-        }
+        html::push_html(&mut self.body, events.into_iter());
         self
     }
 
@@ -137,6 +94,16 @@ impl Page {
             xml_escape(title),
             self.body
         )
+    }
+}
+
+/// An SVG file as inline HTML, or a `fail` paragraph naming it when it cannot be read
+/// (report/browser.rs looks for that paragraph).
+fn svg_html(path: &Path) -> String {
+    match std::fs::read_to_string(path) {
+        // Inline SVG must not carry an XML declaration.
+        Ok(svg) => format!("<span class=\"plots\">{}</span>", &svg[svg.find("<svg").unwrap_or(0)..]),
+        Err(e) => format!("<p class=\"fail\">plot {} missing: {e}</p>", xml_escape(&path.display().to_string())),
     }
 }
 
@@ -157,12 +124,25 @@ mod tests {
         let mut p = Page::new();
         p.markdown("# T <1>\n\ntext & more\n\n```\na < b\n```\n- one\n- two\n\n![a](a.svg) ![b](b.svg)\n", d.path());
         let html = p.render("x");
-        assert!(html.contains("<h2>T &lt;1&gt;</h2>"), "{html}");
-        assert!(html.contains("<pre>a &lt; b\n</pre>"), "{html}");
+        assert!(html.contains("<h1>T &lt;1&gt;</h1>"), "{html}");
+        assert!(html.contains("<pre><code>a &lt; b\n</code></pre>"), "{html}");
         assert!(html.contains("<ul>\n<li>one</li>\n<li>two</li>\n</ul>"), "{html}");
         assert!(html.contains("<svg width=\"1\"></svg>") && !html.contains("<?xml"), "{html}");
         assert!(html.contains("plot") && html.contains("b.svg missing"), "{html}");
-        assert!(html.contains("<p>text &amp; more</p>"));
+        assert!(html.contains("<p>text &amp; more</p>"), "{html}");
+    }
+
+    /// What ab.md is made of: tables, emphasis and code spans become elements, not text.
+    #[test]
+    fn markdown_renders_tables_emphasis_and_code() {
+        let md = "**Result: FAIL**: `perf` vs `cbinder`\n\n| gate | result |\n| --- | --- |\n| build | PASS |\n";
+        let mut p = Page::new();
+        p.markdown(md, Path::new("."));
+        let html = p.render("x");
+        assert!(html.contains("<strong>Result: FAIL</strong>"), "{html}");
+        assert!(html.contains("<code>perf</code>"), "{html}");
+        assert!(html.contains("<table>") && html.contains("<th>gate</th>") && html.contains("<td>PASS</td>"), "{html}");
+        assert!(!html.contains("| ---") && !html.contains("**"), "{html}");
     }
 
     #[test]

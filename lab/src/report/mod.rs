@@ -6,13 +6,11 @@ pub mod cases;
 pub mod html;
 pub mod kcidb;
 pub mod ktap;
-pub mod lava;
 pub mod nightly;
 pub mod summary;
 
 use crate::harness::opts::RunOpts;
 use crate::harness::outcome::Outcome;
-use crate::harness::run as harness_run;
 use crate::support::fs::write_atomic;
 use anyhow::Result;
 use labproto::Plan;
@@ -27,14 +25,11 @@ pub fn write_reports(dir: &Path, o: &Outcome) -> Result<()> {
     write_atomic(&dir.join("results.ktap"), ktap::ktap(o).as_bytes())
 }
 
-/// Boots a guest, runs `plan` in it (see [`harness_run::run_plan`]) and leaves its JUnit,
-/// TAP and KTAP reports in the run directory: how every command and test runs a plan.
-/// With `opts.lava` (a farm), the boot is one LAVA job there instead.
+/// Boots a guest, runs `plan` in it (here, or on the farm `opts.lava` names: see
+/// [`crate::harness::lava::run_plan`]) and leaves its JUnit, TAP and KTAP reports in the run
+/// directory: how every command and test runs a plan.
 pub fn run_plan_and_report(plan: &Plan, opts: &RunOpts) -> Result<Outcome> {
-    if let Some(target) = &opts.lava {
-        return lava::run_on_farm(plan, opts, target);
-    }
-    let o = harness_run::run_plan(plan, opts)?;
+    let o = crate::harness::lava::run_plan(plan, opts)?;
     write_reports(&o.dir, &o)?;
     Ok(o)
 }

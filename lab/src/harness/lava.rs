@@ -5,6 +5,10 @@
 //! Beside the job it writes the artifacts it names, a device dictionary for a LAVA server
 //! (`device-dict.jinja2`) and the device configuration that dictionary renders to
 //! (`device.yaml`), so `lava-run` runs the job locally, as the slower e2e test does.
+//!
+//! `lab lava-submit` and `--lava`: the job submitted to a farm and its console read back into
+//! a run's outcome, as if the boot had run here ([`run_plan`] chooses). The reports of that
+//! outcome are written by `report`, as for a local run.
 
 use crate::harness::opts::{load_plan, RunOpts};
 use crate::harness::outcome::Outcome;
@@ -312,6 +316,14 @@ pub fn refuse_on_farm(opts: &RunOpts) -> Result<()> {
     }
 }
 
+/// One boot of `plan`: here, or as one job on the farm `opts.lava` names.
+pub fn run_plan(plan: &labproto::Plan, opts: &RunOpts) -> Result<Outcome> {
+    match &opts.lava {
+        Some(target) => run_on_farm(plan, opts, target),
+        None => crate::harness::run::run_plan(plan, opts),
+    }
+}
+
 /// One boot of `plan` as one job on the farm `opts.lava` names.
 pub fn run_on_farm(
     plan: &labproto::Plan,
@@ -328,8 +340,9 @@ pub fn run_on_farm(
 const QUEUE_WAIT_S: u64 = 3600;
 
 /// `boots` LAVA jobs of the plan, submitted together (the farm runs them in parallel) and
-/// collected in order: each boot's run directory gets its console.log, results.jsonl and
-/// reports, read from the job's console; the first also holds the job and its artifacts.
+/// collected in order: each boot's run directory gets its console.log and results.jsonl,
+/// read from the job's console (the caller writes the reports); the first also holds the
+/// job and its artifacts.
 pub fn submit_and_collect(
     opts: &RunOpts,
     farm: &Farm,
@@ -376,9 +389,13 @@ pub fn submit_and_collect_plan(
             Some(c) => format!("LAVA job {id}: {health} ({c})"),
             None => format!("LAVA job {id}: {health}"),
         };
-        let o = crate::harness::run::outcome_from_console(dir, &w.prepared, lines, health == "Complete", &status)?;
-        crate::report::write_reports(&o.dir, &o)?;
-        outcomes.push(o);
+        outcomes.push(crate::harness::run::outcome_from_console(
+            dir,
+            &w.prepared,
+            lines,
+            health == "Complete",
+            &status,
+        )?);
     }
     Ok(outcomes)
 }
