@@ -39,7 +39,10 @@ fn aosp_tests_pass_on_perf_with_the_lab_ci_filter() {
         // One case per gtest test, from its XML: a run that lost the report has none.
         assert!(pass >= 10, "{step}: only {pass} tests passed:\n{}", summary(&o));
         for (t, _) in EXCLUDED {
-            assert!(!o.results().any(|r| r.0 == step && r.1 == *t && r.2 == Status::Pass), "{t} ran despite the filter");
+            assert!(
+                !o.results().any(|r| r.0 == step && r.1 == *t && r.2 == Status::Pass),
+                "{t} ran despite the filter"
+            );
         }
     }
 }

@@ -134,7 +134,6 @@ fn checkout_copy(repo: &Path) -> (PathBuf, PathBuf) {
 }
 
 #[test]
-#[ignore = "not yet run to the end: its first run (2026-12-07) was stopped while the debug kernel it needs was building; in cargo make test once it has passed here"]
 fn quick_shell_blocks_of_the_readme_and_the_guide_run() {
     run_blocks(false);
 }

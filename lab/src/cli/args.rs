@@ -7,63 +7,75 @@ use anyhow::Result;
 use clap::parser::ValueSource;
 
 /// The run options as parsed, and the same options as arguments (for the reproducer).
-pub struct RunArgs {
-    fields: RunFields,
-    /// Every run option given on the command line or in the environment, as `lab` arguments.
+pub type RunArgs = Given<RunFields>;
+
+/// Arguments of a command as parsed (`T`'s fields, through `Deref`), and the same arguments
+/// again as `lab` arguments: every one given on the command line or in the environment, in the
+/// order `T` defines them, defaults left out. One source for every reproducer line, so an
+/// option added to `T` cannot be missing from it.
+#[derive(Debug, Default, Clone)]
+pub struct Given<T> {
+    fields: T,
     given: Vec<String>,
 }
 
+impl<T> Given<T> {
+    /// The arguments as given (see [`Given`]).
+    pub fn given(&self) -> &[String] {
+        &self.given
+    }
+}
+
 /// Read access to the parsed options (`args.board`, ...).
-impl std::ops::Deref for RunArgs {
-    type Target = RunFields;
-    fn deref(&self) -> &RunFields {
+impl<T> std::ops::Deref for Given<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
         &self.fields
     }
 }
 
 // The derived parser for the fields, plus `given` read from the matches before the derived
 // code takes the values out of them.
-impl clap::FromArgMatches for RunArgs {
+impl<T: clap::Args + clap::FromArgMatches> clap::FromArgMatches for Given<T> {
     fn from_arg_matches(m: &clap::ArgMatches) -> Result<Self, clap::Error> {
         Self::from_arg_matches_mut(&mut m.clone())
     }
     fn from_arg_matches_mut(m: &mut clap::ArgMatches) -> Result<Self, clap::Error> {
-        let given = given_args(m);
-        Ok(RunArgs { fields: RunFields::from_arg_matches_mut(m)?, given })
+        let given = given_args::<T>(m);
+        Ok(Given { fields: T::from_arg_matches_mut(m)?, given })
     }
     fn update_from_arg_matches(&mut self, m: &clap::ArgMatches) -> Result<(), clap::Error> {
         self.update_from_arg_matches_mut(&mut m.clone())
     }
     fn update_from_arg_matches_mut(&mut self, m: &mut clap::ArgMatches) -> Result<(), clap::Error> {
-        self.given = given_args(m);
+        self.given = given_args::<T>(m);
         self.fields.update_from_arg_matches_mut(m)
     }
 }
 
-impl clap::Args for RunArgs {
+impl<T: clap::Args + clap::FromArgMatches> clap::Args for Given<T> {
     fn group_id() -> Option<clap::Id> {
-        RunFields::group_id()
+        T::group_id()
     }
     fn augment_args(cmd: clap::Command) -> clap::Command {
-        RunFields::augment_args(cmd)
+        T::augment_args(cmd)
     }
     fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
-        RunFields::augment_args_for_update(cmd)
+        T::augment_args_for_update(cmd)
     }
 }
 
-/// The run options that `m` got from the command line or the environment, in the order
+/// The arguments of `T` that `m` got from the command line or the environment, in the order
 /// they are defined, as arguments that give them again: `--flag`, or `--option VALUE` for
 /// each value as it was given (a default is left out, so it stays a default).
-fn given_args(m: &clap::ArgMatches) -> Vec<String> {
-    use clap::Args as _;
+fn given_args<T: clap::Args>(m: &clap::ArgMatches) -> Vec<String> {
     let mut out = vec![];
-    for arg in RunFields::augment_args(clap::Command::new("run")).get_arguments() {
+    for arg in T::augment_args(clap::Command::new("lab")).get_arguments() {
         let id = arg.get_id().as_str();
         if !matches!(m.value_source(id), Some(ValueSource::CommandLine | ValueSource::EnvVariable)) {
             continue;
         }
-        let long = format!("--{}", arg.get_long().expect("every run option has a long name"));
+        let long = format!("--{}", arg.get_long().expect("every lab option has a long name"));
         if !arg.get_action().takes_values() {
             // A flag: set, or turned off by its environment variable (LAB_CACHE=false).
             if m.get_flag(id) {
@@ -317,6 +329,33 @@ impl RunArgs {
         }
         crate::harness::qemu::shell_line(&a)
     }
+}
+
+/// For each command's round-trip test: `every` gives a value other than the default for each
+/// of `T`'s options (none: a flag); parsing them, giving [`Given::given`] back to the parser
+/// must give the same fields, and leaving them out gives no argument at all.
+#[cfg(test)]
+pub(crate) fn assert_round_trip<T: clap::Args + clap::FromArgMatches + std::fmt::Debug>(every: &[(&str, &[&str])]) {
+    use clap::FromArgMatches as _;
+    let cmd = || <Given<T> as clap::Args>::augment_args(clap::Command::new("lab").no_binary_name(true));
+    let parse = |argv: &[String]| Given::<T>::from_arg_matches(&cmd().try_get_matches_from(argv).unwrap()).unwrap();
+    let longs: Vec<String> = cmd().get_arguments().map(|a| a.get_long().unwrap().to_string()).collect();
+    let listed: Vec<&str> = every.iter().map(|(k, _)| *k).collect();
+    assert_eq!(longs, listed, "give the test a value for each option, in the order they are defined");
+    let mut argv = vec![];
+    for (k, vs) in every {
+        if vs.is_empty() {
+            argv.push(format!("--{k}"));
+        }
+        argv.extend(vs.iter().map(|v| format!("--{k}={v}")));
+    }
+    let first = parse(&argv);
+    let again = parse(first.given());
+    assert_eq!(format!("{:?}", *again), format!("{:?}", *first), "given: {:?}", first.given());
+    for (k, _) in every {
+        assert!(first.given().contains(&format!("--{k}")), "--{k} is not in {:?}", first.given());
+    }
+    assert!(parse(&[]).given().is_empty(), "defaults stay implicit");
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 //! driver's text ranges from the flavor's System.map.
 
 use crate::cli::args::RunArgs;
-use crate::cli::run::{self, CaseArgs};
+use crate::cli::run;
 use crate::harness::outcome::Exit;
 use crate::kbuild::{driver_text, flavor, kernel};
 use crate::support::paths;
@@ -40,7 +40,7 @@ struct Saved {
 
 pub fn command(args: &RunArgs, f: &FuzzArgs) -> Result<Exit> {
     if !f.guided && !f.unguided && f.replay.is_none() {
-        return run::suite(args, "fuzz", &CaseArgs::default());
+        return run::suite(args, "fuzz", &Default::default());
     }
     let mut opts = args.opts("fuzz-guided")?;
     let mut extra: Vec<String> = vec![];
@@ -99,5 +99,5 @@ pub fn command(args: &RunArgs, f: &FuzzArgs) -> Result<Exit> {
     }
     // Ours first, so that the user's --append (a seed, a budget) wins.
     opts.append.splice(0..0, append);
-    run::suite_with(args, opts, "fuzz", &CaseArgs::default(), &extra)
+    run::suite_with(args, opts, "fuzz", &Default::default(), &extra)
 }

@@ -101,7 +101,7 @@ pub enum Cmd {
     /// JUnit XML and TAP go into the run directory. Non-zero exit on any failure.
     Conformance {
         #[command(flatten)]
-        cases: run::CaseArgs,
+        cases: args::Given<run::CaseArgs>,
         #[command(flatten)]
         run: RunArgs,
     },
@@ -299,7 +299,7 @@ pub enum Cmd {
     /// Exit 0 when the gates pass and no row got worse beyond --threshold, 1 otherwise.
     Ab {
         #[command(flatten)]
-        ab: ab::AbArgs,
+        ab: args::Given<ab::AbArgs>,
         #[command(flatten)]
         run: RunArgs,
     },

@@ -1,7 +1,7 @@
 //! `lab run`, `lab conformance` and `lab fuzz`: one run of a plan (or of one command), its
 //! summary (and per-case table); the exit code says what failed (docs/src/reference/exit-codes.md).
 
-use crate::cli::args::RunArgs;
+use crate::cli::args::{Given, RunArgs};
 use crate::harness::adhoc;
 use crate::harness::outcome::Exit;
 use crate::report::{self, summary::summary};
@@ -43,7 +43,7 @@ pub fn command(args: &RunArgs, timeout_s: u64, command: &[String]) -> Result<Exi
 }
 
 /// Which conformance cases run.
-#[derive(clap::Args, Default)]
+#[derive(clap::Args, Debug, Default)]
 pub struct CaseArgs {
     /// Print the suite's cases and exit (no boot).
     #[arg(long)]
@@ -66,7 +66,7 @@ pub fn case_list() -> String {
 }
 
 /// Runs a plan and prints the per-case table (with the run's summary below it).
-pub fn suite(args: &RunArgs, default_plan: &str, sel: &CaseArgs) -> Result<Exit> {
+pub fn suite(args: &RunArgs, default_plan: &str, sel: &Given<CaseArgs>) -> Result<Exit> {
     suite_with(args, args.opts(default_plan)?, default_plan, sel, &[])
 }
 
@@ -76,7 +76,7 @@ pub fn suite_with(
     args: &RunArgs,
     opts: crate::harness::opts::RunOpts,
     default_plan: &str,
-    sel: &CaseArgs,
+    sel: &Given<CaseArgs>,
     extra: &[String],
 ) -> Result<Exit> {
     let plan = adhoc::select_cases(&crate::harness::opts::load_plan(&opts.plan)?, &sel.cases, &sel.skip)?;
@@ -105,17 +105,10 @@ pub fn suite_with(
             println!("replay: cargo make fuzz --replay {}", f.display());
         }
         if failed.is_empty() {
-            println!("reproduce: {}", args.reproducer(task, &[extra, &sel.cli_args()].concat()));
+            println!("reproduce: {}", args.reproducer(task, &[extra, sel.given()].concat()));
         }
     }
     Ok(o.exit())
-}
-
-impl CaseArgs {
-    fn cli_args(&self) -> Vec<String> {
-        let c = self.cases.iter().flat_map(|n| ["--case".to_string(), n.clone()]);
-        c.chain(self.skip.iter().flat_map(|n| ["--skip".to_string(), n.clone()])).collect()
-    }
 }
 
 /// The `repro-N.json` files binder-fuzz's guided loop saved, as collected into the run
@@ -136,6 +129,15 @@ fn saved_sequences(run_dir: &std::path::Path) -> Vec<std::path::PathBuf> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_reproducer_gives_every_case_option_back() {
+        crate::cli::args::assert_round_trip::<super::CaseArgs>(&[
+            ("list", &[]),
+            ("case", &["tc_deferral", "thread_pool"]),
+            ("skip", &["shrinker_zap_race"]),
+        ]);
+    }
+
     #[test]
     fn saved_sequences_are_found_in_the_collected_files() {
         let d = tempfile::tempdir().unwrap();

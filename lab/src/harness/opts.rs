@@ -30,24 +30,32 @@ impl std::fmt::Debug for LavaTarget {
     }
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, smart_default::SmartDefault)]
 pub struct RunOpts {
     /// Board name in board/ (`sa8155p`) or a path to a board file.
+    #[default(DEFAULT_BOARD.into())]
     pub board: String,
     /// Plan name in rootfs/plans/ (`default`) or a path to a plan file.
+    #[default("default".into())]
     pub plan: String,
+    #[default(crate::kbuild::flavor::DEFAULT.into())]
     pub flavor: String,
+    /// Boots fastest here: 8 vCPU threads on a 2-core host contend under MTTCG.
+    #[default(Tcg::Single)]
     pub tcg: Tcg,
+    #[default(DEFAULT_ICOUNT_SHIFT)]
     pub icount_shift: u32,
     /// QEMU's `-seed` under `--tcg icount|hicount`: the guest's entropy (the DTB's rng-seed
     /// and kaslr-seed, so the kernel's RNG, hash seeds, address randomisation), fixed per
     /// seed. Another seed is another boot of the same machine; nothing of the timing model.
+    #[default(1)]
     pub qemu_seed: u32,
     /// Extra files for the initramfs (e.g. the user's own static binder clients).
     pub overlay: Option<PathBuf>,
     /// Debian arm64 packages unpacked into the initramfs with their dependencies (`--deb`),
     /// besides the plan's own `debs`.
     pub debs: Vec<String>,
+    #[default(Duration::from_secs(DEFAULT_BOOT_TIMEOUT_S))]
     pub boot_timeout: Duration,
     /// Show the console live on stderr.
     pub echo: bool,
@@ -102,6 +110,7 @@ pub struct RunOpts {
     pub stream: bool,
     /// Boots at once for a command that boots more than once (`-j`); see
     /// [`crate::harness::boots::width`] for when it is one regardless.
+    #[default(1)]
     pub jobs: usize,
     /// Every boot as a LAVA job on this farm instead of a local QEMU (`--lava`).
     pub lava: Option<LavaTarget>,
@@ -109,50 +118,6 @@ pub struct RunOpts {
     /// clean before, and keep this one's for the next (harness::boot_cache); no CLI option:
     /// `lab ab` sets it for its base arm.
     pub reuse_boots: bool,
-}
-
-impl Default for RunOpts {
-    fn default() -> Self {
-        RunOpts {
-            board: DEFAULT_BOARD.into(),
-            plan: "default".into(),
-            flavor: crate::kbuild::flavor::DEFAULT.into(),
-            // Boots fastest here: 8 vCPU threads on a 2-core host contend under MTTCG.
-            tcg: Tcg::Single,
-            icount_shift: DEFAULT_ICOUNT_SHIFT,
-            qemu_seed: 1,
-            overlay: None,
-            debs: vec![],
-            boot_timeout: Duration::from_secs(DEFAULT_BOOT_TIMEOUT_S),
-            echo: false,
-            pin: false,
-            append: vec![],
-            name: String::new(),
-            kconfig: Default::default(),
-            gdb: false,
-            gdbserver: false,
-            dump: None,
-            trace: None,
-            no_eas: false,
-            policy: None,
-            dvfs: false,
-            idle: false,
-            qemu: Default::default(),
-            qemu_resolved: None,
-            plugins: vec![],
-            cache: false,
-            qemu_trace: vec![],
-            repeat: 0,
-            until_fail: false,
-            collect: vec![],
-            smp: None,
-            memory: None,
-            stream: false,
-            jobs: 1,
-            lava: None,
-            reuse_boots: false,
-        }
-    }
 }
 
 impl RunOpts {
