@@ -96,6 +96,30 @@ pub fn cpufreq_domains(board: &Board) -> Vec<CpufreqDomain> {
         .collect()
 }
 
+/// QEMU `-device` arguments (JSON) of the lab QEMU's emulated qcom,cpufreq-hw, one per
+/// frequency domain: its register block, its vCPUs, the LUT words, and picoseconds per
+/// instruction (0 without `[timing]`: the speed then never changes) and the clock of each
+/// row. The DT half of the same device is `dtb`'s cpufreq-hw node.
+pub fn cpufreq_hw_devices(board: &Board) -> Vec<String> {
+    cpufreq_domains(board)
+        .iter()
+        .enumerate()
+        .map(|(i, d)| {
+            serde_json::json!({
+                "driver": "qcom-cpufreq-hw",
+                "addr": cpufreq_hw_reg(i).0,
+                "cpus": d.cpus.iter().fold(0u64, |m, &c| m | (1 << c)),
+                "freq-lut": d.rows.iter().map(|r| r.freq).collect::<Vec<_>>(),
+                "volt-lut": d.rows.iter().map(|r| r.volt).collect::<Vec<_>>(),
+                "ps-per-insn": d.rows.iter().map(|r| r.ps_per_insn).collect::<Vec<_>>(),
+                // The row's clock: the PMU cycle counter counts at it (qemu/0015).
+                "khz": d.rows.iter().map(|r| r.khz).collect::<Vec<_>>(),
+            })
+            .to_string()
+        })
+        .collect()
+}
+
 /// `clusters[i].dvfs`: OPPs ascending, each one the hardware can produce; `max_mhz` one of
 /// them (those above it are dropped); voltages from `min_microvolt` at the lowest OPP to the
 /// `eas.microvolt` at `max_mhz`, linear in frequency, rounded to mV.

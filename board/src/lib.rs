@@ -71,7 +71,8 @@ mod validate;
 
 pub use dtb::{dtb_to_dts, generate_dtb, generate_dtb_with, qemu_dtb_key, DtbFeatures};
 pub use dvfs::{
-    cpufreq_domains, cpufreq_hw_reg, lut_words, CpufreqDomain, LutRow, ALTERNATE_HZ, CPUFREQ_HW_BASE, XO_HZ,
+    cpufreq_domains, cpufreq_hw_devices, cpufreq_hw_reg, lut_words, CpufreqDomain, LutRow, ALTERNATE_HZ,
+    CPUFREQ_HW_BASE, XO_HZ,
 };
 pub use eas::{
     compare_eas, compare_eas_with, em_cost, expected_domains, expected_states, opp_power_uw, perf_domains,

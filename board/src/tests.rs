@@ -762,6 +762,27 @@ fn lut_rows_encode_what_the_upstream_driver_reads() {
 }
 
 #[test]
+fn cpufreq_hw_devices_carry_the_boards_luts_and_speeds() {
+    let b = sa8155p();
+    let devs: Vec<serde_json::Value> =
+        cpufreq_hw_devices(&b).iter().map(|d| serde_json::from_str(d).unwrap()).collect();
+    assert_eq!(devs.len(), 3);
+    assert_eq!(
+        devs.iter().map(|d| d["addr"].as_u64().unwrap()).collect::<Vec<_>>(),
+        [0xb00_0000, 0xb00_2800, 0xb00_4800]
+    );
+    assert_eq!(devs.iter().map(|d| d["cpus"].as_u64().unwrap()).collect::<Vec<_>>(), [0x0f, 0x70, 0x80]);
+    assert_eq!(devs[0]["driver"], "qcom-cpufreq-hw");
+    assert_eq!(devs[0]["freq-lut"].as_array().unwrap().len(), 18);
+    assert_eq!(devs[0]["khz"][0], 300_000);
+    assert_eq!(devs[2]["khz"].as_array().unwrap().last().unwrap(), 2_841_600);
+    assert_eq!(devs[2]["volt-lut"].as_array().unwrap().last().unwrap(), 1000);
+    // The top row is [timing]'s speed, the one `-icount cpu-ps=` boots with.
+    let ps = b.timing().unwrap().cpu_ps_per_insn.clone();
+    assert_eq!(devs[1]["ps-per-insn"].as_array().unwrap().last().unwrap().as_u64(), Some(ps[4]));
+}
+
+#[test]
 fn a_lower_speed_bin_drops_the_opps_above_max_mhz() {
     // The SA8155P's clocks per the secondary source: gold tops at 2131.2 MHz.
     let t = SA8155P.replacen("max_mhz = 2419.2", "max_mhz = 2131.2", 1);

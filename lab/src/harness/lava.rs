@@ -298,22 +298,20 @@ pub fn target_lines(log: &str) -> Vec<String> {
         .collect()
 }
 
-/// What a farm's worker cannot run, if `opts` asks for it: its `qemu` device type starts the
-/// worker's own QEMU, so neither the lab's QEMU (`--qemu lab`, hicount, the cache model,
-/// DVFS) nor a debugger connection is there.
+/// What a farm's worker cannot run, if `opts` asks for it: the lab QEMU's features that
+/// `harness::features` does not mark `on_farm` (its `qemu` device type starts the worker's own
+/// QEMU), and a debugger connection.
 pub fn refuse_on_farm(opts: &RunOpts) -> Result<()> {
-    use crate::harness::qemu::Tcg;
-    let why = if opts.qemu == crate::kbuild::qemu::Choice::Lab || opts.tcg == Tcg::Hicount || opts.cache {
-        Some("the lab's QEMU (--qemu lab, --tcg hicount, --cache, --model): a farm's qemu device runs the worker's own QEMU; run those here")
-    } else if opts.gdb || opts.gdbserver {
-        Some("--gdb/--gdbserver: a farm's job has no debugger connection")
-    } else {
-        None
-    };
-    match why {
-        Some(why) => bail!("--lava cannot run {why}"),
-        None => Ok(()),
+    if let Some(flag) = crate::harness::features::not_on_farm(opts) {
+        bail!(
+            "--lava cannot run {flag}: it needs the lab's QEMU, and a farm's qemu device runs the worker's own \
+             QEMU; run it here"
+        );
     }
+    if opts.gdb || opts.gdbserver {
+        bail!("--lava cannot run --gdb/--gdbserver: a farm's job has no debugger connection");
+    }
+    Ok(())
 }
 
 /// One boot of `plan`: here, or as one job on the farm `opts.lava` names.

@@ -9,6 +9,7 @@ pub mod boots;
 pub mod collect;
 pub mod dtb;
 pub mod expect;
+pub mod features;
 pub mod gdb;
 pub mod gtest;
 pub mod ktap;

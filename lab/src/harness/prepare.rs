@@ -3,7 +3,7 @@
 
 use crate::harness::dtb;
 use crate::harness::opts::{load_board_file, RunOpts};
-use crate::harness::qemu::{Console, Tcg, VmSpec};
+use crate::harness::qemu::{Console, VmSpec};
 use crate::harness::sockets::SocketDir;
 use crate::kbuild::kernel;
 use crate::provision::downloads;
@@ -42,9 +42,7 @@ pub fn prepare(opts: &RunOpts, plan: Plan, dir: &Path) -> Result<Prepared> {
     let (board, board_sha256) = load_board_file(&opts.board, opts.smp, opts.memory.as_deref())?;
     let board = if opts.no_eas { board.without_eas() } else { board };
     let plan = with_policy(plan, &board, opts.policy)?;
-    check_hicount(opts, &board)?;
-    check_dvfs(opts, &board)?;
-    check_idle(opts, &board)?;
+    crate::harness::features::check(opts, &board)?;
     let cache_plugin = cache_plugin(opts, &board, dir)?;
     // The guest programs build beside the kernel: on a new machine the kernel takes minutes
     // and its make leaves the cores idle at times (configuration, the Rust crates' serial
@@ -131,103 +129,12 @@ fn cache_plugin(opts: &RunOpts, board: &board::Board, dir: &Path) -> Result<Opti
     if !opts.cache {
         return Ok(None);
     }
-    if opts.tcg != Tcg::Hicount {
-        anyhow::bail!(
-            "--cache charges cache latencies to each vCPU's own time, which only the lab QEMU's \
-             timing model has: add --qemu lab --tcg hicount"
-        );
-    }
-    let model = board.cache_model().with_context(|| {
-        format!(
-            "--cache needs the board's [cache_model] section, which {} lacks (board/sa8155p.toml has one)",
-            board.source()
-        )
-    })?;
+    // features::check saw the timing model and the board's [cache_model].
+    let model = board.cache_model().context("--cache without the board's [cache_model]")?;
     let config = dir.join("cache-model.json");
     std::fs::write(&config, serde_json::to_string_pretty(model)?)?;
     let so = crate::kbuild::qemu::build_plugin("lab-plugin-cache")?;
     Ok(Some(format!("{},config={},out={}", so.display(), config.display(), dir.join(CACHE_COUNTERS).display())))
-}
-
-/// `--tcg hicount` needs what only the lab QEMU and a board with `[timing]` have.
-fn check_hicount(opts: &RunOpts, board: &board::Board) -> Result<()> {
-    if opts.tcg != Tcg::Hicount {
-        return Ok(());
-    }
-    if opts.qemu != crate::kbuild::qemu::Choice::Lab {
-        anyhow::bail!("--tcg hicount is the lab QEMU's timing model: add --qemu lab (or LAB_QEMU=lab)");
-    }
-    if board.timing().is_none() {
-        anyhow::bail!(
-            "--tcg hicount needs the board's [timing] section, which {} lacks (board/sa8155p.toml has one)",
-            board.source()
-        );
-    }
-    Ok(())
-}
-
-/// `--dvfs` needs the lab QEMU (the emulated qcom,cpufreq-hw is its qemu/0011) and OPP lists.
-fn check_dvfs(opts: &RunOpts, board: &board::Board) -> Result<()> {
-    if !opts.dvfs {
-        return Ok(());
-    }
-    if opts.qemu != crate::kbuild::qemu::Choice::Lab {
-        anyhow::bail!("--dvfs emulates a qcom,cpufreq-hw, which only the lab QEMU has: add --qemu lab");
-    }
-    if !board.has_dvfs() {
-        anyhow::bail!(
-            "--dvfs needs an OPP list on every cluster (clusters[].dvfs), which {} lacks (board/sa8155p.toml has them)",
-            board.source()
-        );
-    }
-    Ok(())
-}
-
-/// `--idle` needs the lab QEMU's timing model (qemu/0013 charges the exit latencies to each
-/// vCPU's own time; without it the states would cost nothing) and PSCI states on every cluster.
-fn check_idle(opts: &RunOpts, board: &board::Board) -> Result<()> {
-    if !opts.idle {
-        return Ok(());
-    }
-    if opts.tcg != Tcg::Hicount {
-        anyhow::bail!(
-            "--idle charges each idle state's exit latency to the woken vCPU's own time, which only the lab \
-             QEMU's timing model has: add --qemu lab --tcg hicount"
-        );
-    }
-    if !board::has_idle(board) {
-        anyhow::bail!(
-            "--idle needs a PSCI idle state on every cluster (clusters[].idle with a psci_param), which {} lacks \
-             (board/sa8155p.toml has them)",
-            board.source()
-        );
-    }
-    // A StateID QEMU's power_state cannot carry is refused here, before anything is built.
-    board::idle_exit_arg(board)?;
-    Ok(())
-}
-
-/// `-device` arguments of the emulated qcom,cpufreq-hw, one per frequency domain (`--dvfs`):
-/// its register block, its vCPUs, the board's LUT words, and picoseconds per instruction
-/// per row (0 without `[timing]`: the speed then never changes) and each row's clock.
-pub fn cpufreq_hw_devices(board: &board::Board) -> Vec<String> {
-    board::cpufreq_domains(board)
-        .iter()
-        .enumerate()
-        .map(|(i, d)| {
-            serde_json::json!({
-                "driver": "qcom-cpufreq-hw",
-                "addr": board::cpufreq_hw_reg(i).0,
-                "cpus": d.cpus.iter().fold(0u64, |m, &c| m | (1 << c)),
-                "freq-lut": d.rows.iter().map(|r| r.freq).collect::<Vec<_>>(),
-                "volt-lut": d.rows.iter().map(|r| r.volt).collect::<Vec<_>>(),
-                "ps-per-insn": d.rows.iter().map(|r| r.ps_per_insn).collect::<Vec<_>>(),
-                // The row's clock: the PMU cycle counter counts at it (qemu/0015).
-                "khz": d.rows.iter().map(|r| r.khz).collect::<Vec<_>>(),
-            })
-            .to_string()
-        })
-        .collect()
 }
 
 /// A fresh, unique run directory.
@@ -289,64 +196,8 @@ pub fn vm_spec(p: &Prepared, opts: &RunOpts, dir: &Path, console: Console) -> Re
         plugins: opts.plugins.iter().map(|p| p.replace("{run}", &run)).chain(p.cache_plugin.clone()).collect(),
         qemu_trace: (!opts.qemu_trace.is_empty()).then(|| (opts.qemu_trace.clone(), dir.join(QEMU_TRACE_LOG))),
         timing: p.board.timing().cloned(),
-        devices: if p.dvfs { cpufreq_hw_devices(&p.board) } else { vec![] },
+        devices: if p.dvfs { board::cpufreq_hw_devices(&p.board) } else { vec![] },
         idle_exit: if p.idle { Some(board::idle_exit_arg(&p.board)?) } else { None },
         sockets: Some(sockets),
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn sa8155p() -> board::Board {
-        crate::harness::opts::load_board_file("sa8155p", None, None).unwrap().0
-    }
-
-    #[test]
-    fn cpufreq_hw_devices_carry_the_boards_luts_and_speeds() {
-        let b = sa8155p();
-        let devs: Vec<serde_json::Value> =
-            cpufreq_hw_devices(&b).iter().map(|d| serde_json::from_str(d).unwrap()).collect();
-        assert_eq!(devs.len(), 3);
-        assert_eq!(
-            devs.iter().map(|d| d["addr"].as_u64().unwrap()).collect::<Vec<_>>(),
-            [0xb00_0000, 0xb00_2800, 0xb00_4800]
-        );
-        assert_eq!(devs.iter().map(|d| d["cpus"].as_u64().unwrap()).collect::<Vec<_>>(), [0x0f, 0x70, 0x80]);
-        assert_eq!(devs[0]["driver"], "qcom-cpufreq-hw");
-        assert_eq!(devs[0]["freq-lut"].as_array().unwrap().len(), 18);
-        assert_eq!(devs[0]["khz"][0], 300_000);
-        assert_eq!(devs[2]["khz"].as_array().unwrap().last().unwrap(), 2_841_600);
-        assert_eq!(devs[2]["volt-lut"].as_array().unwrap().last().unwrap(), 1000);
-        // The top row is [timing]'s speed, the one `-icount cpu-ps=` boots with.
-        let ps = b.timing().unwrap().cpu_ps_per_insn.clone();
-        assert_eq!(devs[1]["ps-per-insn"].as_array().unwrap().last().unwrap().as_u64(), Some(ps[4]));
-    }
-
-    #[test]
-    fn idle_needs_hicount_and_psci_states() {
-        let opts = RunOpts { idle: true, qemu: crate::kbuild::qemu::Choice::Lab, ..Default::default() };
-        let e = check_idle(&opts, &sa8155p()).unwrap_err().to_string();
-        assert!(e.contains("add --qemu lab --tcg hicount"), "{e}");
-        let hicount = RunOpts { tcg: Tcg::Hicount, ..opts };
-        assert!(check_idle(&hicount, &sa8155p()).is_ok());
-        let up = crate::harness::opts::load_board_file("sm8150-upstream", None, None).unwrap().0;
-        if !board::has_idle(&up) {
-            let e = check_idle(&hicount, &up).unwrap_err().to_string();
-            assert!(e.contains("clusters[].idle"), "{e}");
-        }
-    }
-
-    #[test]
-    fn dvfs_needs_the_lab_qemu_and_opp_lists() {
-        let opts = RunOpts { dvfs: true, ..Default::default() };
-        let e = check_dvfs(&opts, &sa8155p()).unwrap_err().to_string();
-        assert!(e.contains("add --qemu lab"), "{e}");
-        let lab = RunOpts { qemu: crate::kbuild::qemu::Choice::Lab, ..opts };
-        assert!(check_dvfs(&lab, &sa8155p()).is_ok());
-        let up = crate::harness::opts::load_board_file("sm8150-upstream", None, None).unwrap().0;
-        let e = check_dvfs(&lab, &up).unwrap_err().to_string();
-        assert!(e.contains("clusters[].dvfs"), "{e}");
-    }
 }

@@ -1159,7 +1159,7 @@ pub fn run(req: &Request, opts: &RunOpts) -> Result<Report> {
     } else {
         RunOpts { tcg: Tcg::Icount, ..opts.clone() }
     };
-    let timing = timing_words(&popts);
+    let timing = crate::harness::features::timing_words(&popts);
     let policy = popts.policy.map(|p| format!("{p:?}").to_lowercase()).unwrap_or_else(|| "the board's default".into());
     // A treatment that fails a gate has no performance worth measuring: its report is the failure.
     let gate_failed = gate_list.iter().any(Gate::fails_ab);
@@ -1230,18 +1230,6 @@ pub fn run(req: &Request, opts: &RunOpts) -> Result<Report> {
         profile_text,
         metrics,
     })
-}
-
-/// The performance boots' QEMU and timing options, as the command line would give them.
-pub fn timing_words(o: &RunOpts) -> String {
-    let mut w = vec![format!("--qemu {}", if o.qemu == crate::kbuild::qemu::Choice::Lab { "lab" } else { "system" })];
-    w.push(format!("--tcg {}", format!("{:?}", o.tcg).to_lowercase()));
-    for (on, flag) in [(o.cache, "--cache"), (o.dvfs, "--dvfs"), (o.idle, "--idle")] {
-        if on {
-            w.push(flag.into());
-        }
-    }
-    w.join(" ")
 }
 
 fn show(e: Option<Estimate>, metric: &str) -> String {
