@@ -6,7 +6,7 @@
 //! it (`tidy::stage_imports_point_down` enforces this):
 //!
 //! ```text
-//! cli → measure → report → harness → kbuild → provision → support
+//! cli → measure → report → harness → kbuild → provision → numbers → support
 //! ```
 //!
 //! `measure` and `report` sit side by side in ARCHITECTURE.md's picture (both read a run's
@@ -16,6 +16,7 @@ pub mod cli;
 pub mod harness;
 pub mod kbuild;
 pub mod measure;
+pub mod numbers;
 pub mod provision;
 pub mod report;
 pub mod support;

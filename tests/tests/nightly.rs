@@ -3,10 +3,10 @@
 //! JUnit, KCIDB JSON that validates, the seed tables; and the baseline makes it fail with a
 //! named regression. Figures themselves belong to `cargo make nightly`, not to tests.
 
-use lab::cli::nightly::{self, Opts};
 use lab::harness::opts::RunOpts;
 use lab::measure::bench::Profile;
-use lab::measure::gate::{self, Verdict};
+use lab::measure::nightly::{self, Opts};
+use lab::numbers::gate::{self, Verdict};
 
 #[test]
 fn quick_nightly_writes_artifacts_and_fails_on_a_regression() {

@@ -3,7 +3,7 @@
 //! missing plots, and screenshotted into the run directory. Then a plot is removed, and the
 //! same check must fail naming it.
 
-use lab::measure::{plots, samples};
+use lab::numbers::{plots, samples};
 use lab::report::browser;
 use lab::report::nightly::{html_report, Night, Page};
 use std::collections::BTreeMap;

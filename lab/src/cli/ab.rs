@@ -94,7 +94,7 @@ fn use_model(a: &AbArgs, run: &RunArgs) -> bool {
 
 /// Fewer boots than a verdict needs are refused before anything builds.
 fn check_boots(a: &AbArgs) -> Result<()> {
-    let min = crate::measure::table::MIN_SAMPLES as u64;
+    let min = crate::numbers::table::MIN_SAMPLES as u64;
     match a.boots {
         Some(b) if b < min && !a.no_perf => anyhow::bail!(
             "--boots {b}: a performance verdict needs at least {min} boots per arm (with fewer every row is n/a and \

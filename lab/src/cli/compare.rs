@@ -1,7 +1,7 @@
 //! `lab compare OLD.json NEW.json`: the nightly's regression rule on two files.
 
 use crate::harness::outcome::Exit;
-use crate::measure::gate::{compare, load_baseline, Verdict};
+use crate::numbers::gate::{compare, load_baseline, Verdict};
 use anyhow::Result;
 use std::path::Path;
 

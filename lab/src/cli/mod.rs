@@ -1,5 +1,5 @@
-//! Stage 6: the `lab` commands, one file per command (or family), and the nightly's
-//! orchestration. May import every stage; nothing imports it.
+//! Stage 7: the `lab` commands, one file per command (or family): arguments in, a stage's
+//! work, its output printed. May import every stage; nothing imports it.
 
 pub mod ab;
 pub mod account;

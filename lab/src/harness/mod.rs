@@ -1,4 +1,4 @@
-//! Stage 3: one guest run. Options and inputs, QEMU's argv, the DTB cache, the run itself,
+//! Stage 4: one guest run. Options and inputs, QEMU's argv, the DTB cache, the run itself,
 //! here or as a LAVA job on a farm (`lava`), its outcome and manifest, the console's splat
 //! scanner and KTAP parser, the board's `[expect]` check. Imports `kbuild`, `provision` and `support`.
 

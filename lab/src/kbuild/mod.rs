@@ -1,4 +1,4 @@
-//! Stage 2: the kernel and the lab QEMU (`qemu`: its tree, keyed build and plugins). The pin
+//! Stage 3: the kernel and the lab QEMU (`qemu`: its tree, keyed build and plugins). The pin
 //! (`kernel.lock`) and its download, the merged config fragments, the flavors (fragments and
 //! series), the shared git tree carrying a flavor's series, the keyed atomic build, and the
 //! series' style checks. Imports `provision` and `support`.

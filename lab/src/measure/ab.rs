@@ -3,7 +3,7 @@
 //! gates (conformance on the perf and debug kernels, KUnit and a fuzz budget on debug), then
 //! base and treatment run the seed workloads in alternating boots, each boot with another
 //! QEMU `-seed`, on the timing model when the lab QEMU is there. Intervals resample boots
-//! and the marks follow [`crate::measure::table`]'s rules. One report: ab.md, ab.html, ab.json.
+//! and the marks follow [`crate::numbers::table`]'s rules. One report: ab.md, ab.html, ab.json.
 
 use crate::harness::opts::{load_plan, RunOpts};
 use crate::harness::outcome::Outcome;
@@ -11,9 +11,9 @@ use crate::harness::qemu::Tcg;
 use crate::kbuild::treatment::{self, Source};
 use crate::kbuild::{flavor, kernel, pin::Lock, tree};
 use crate::measure::bench::{self, Job, Profile};
-use crate::measure::samples::{self, BootSamples, Row};
-use crate::measure::stats::Estimate;
-use crate::measure::table::{self, Dir};
+use crate::numbers::samples::{self, BootSamples, Row};
+use crate::numbers::stats::Estimate;
+use crate::numbers::table::{self, Dir};
 use crate::report::run_plan_and_report;
 use crate::support::{paths, progress::note};
 use anyhow::{bail, Context, Result};
@@ -92,8 +92,8 @@ pub fn jobs(profile: Profile) -> Vec<Job> {
 pub const ARMS: [&str; 2] = ["base", "treatment"];
 
 /// Which way is better for a row; None: a share or a count, reported without a verdict.
-pub fn better(metric: &str) -> Option<crate::measure::gate::Better> {
-    use crate::measure::gate::Better;
+pub fn better(metric: &str) -> Option<crate::numbers::gate::Better> {
+    use crate::numbers::gate::Better;
     if metric.ends_with("per_sec") {
         Some(Better::Higher)
     } else if metric.ends_with("_ms") || metric.ends_with("_ns") || metric.ends_with("l1d_misses") {
@@ -129,7 +129,7 @@ fn table_metrics(rows: &BTreeMap<String, Row>) -> Vec<String> {
 /// A row's verdict from the treatment's change: the dead band and sample rule of the seed
 /// tables, then better or worse by the metric's direction.
 pub fn verdict(metric: &str, d: Option<&Estimate>) -> &'static str {
-    use crate::measure::gate::Better;
+    use crate::numbers::gate::Better;
     let Some(d) = d else { return "n/a" };
     match (table::lab_dir(d), better(metric)) {
         (Dir::TooFew, _) => "n/a (too few)",
@@ -227,13 +227,13 @@ pub struct PerfRow {
 
 /// One value per boot (the median of its samples), by arm.
 fn boot_values(by_arm: Option<&Vec<Vec<f64>>>) -> Vec<f64> {
-    by_arm.into_iter().flatten().filter_map(|b| crate::measure::stats::median(b)).collect()
+    by_arm.into_iter().flatten().filter_map(|b| crate::numbers::stats::median(b)).collect()
 }
 
 /// Per boot, log values oriented so that larger is worse; None when a value is not positive
 /// or the metric has no better direction.
 fn worse_logs(metric: &str, v: &[f64]) -> Option<Vec<f64>> {
-    use crate::measure::gate::Better;
+    use crate::numbers::gate::Better;
     let sign = match better(metric)? {
         Better::Lower => 1.0,
         Better::Higher => -1.0,
@@ -243,7 +243,7 @@ fn worse_logs(metric: &str, v: &[f64]) -> Option<Vec<f64>> {
 
 /// Whether a change in % is worse by more than `threshold` for this metric.
 fn worse_beyond(metric: &str, d: f64, threshold: f64) -> bool {
-    use crate::measure::gate::Better;
+    use crate::numbers::gate::Better;
     match better(metric) {
         Some(Better::Lower) => d > threshold,
         Some(Better::Higher) => d < -threshold,
@@ -256,7 +256,7 @@ fn worse_beyond(metric: &str, d: f64, threshold: f64) -> bool {
 /// primary rows the judgement: a one-sided permutation test on boot medians, Holm over the
 /// primary rows at [`ALPHA`], and the smallest detectable change against the threshold.
 pub fn perf_rows(samples: &BootSamples, threshold: f64, expect: &BTreeMap<String, f64>) -> Vec<PerfRow> {
-    use crate::measure::stats;
+    use crate::numbers::stats;
     let summary = samples::summarise_boots(samples);
     let metrics = table_metrics(&summary);
     let k = PRIMARY.len() as f64;
@@ -332,7 +332,7 @@ pub fn perf_rows(samples: &BootSamples, threshold: f64, expect: &BTreeMap<String
 /// (Holm), and lower by the threshold's condition.
 pub fn regressions(tests: &[(Option<f64>, Option<f64>)], threshold: f64) -> Vec<bool> {
     let ps: Vec<Option<f64>> = tests.iter().map(|t| t.0).collect();
-    let reject = crate::measure::stats::holm(&ps, ALPHA);
+    let reject = crate::numbers::stats::holm(&ps, ALPHA);
     tests
         .iter()
         .enumerate()
@@ -504,7 +504,7 @@ pub fn failure_signatures(o: &Outcome) -> Vec<String> {
 /// often than the base at Fisher's one-sided level [`FLAKE_ALPHA`]; else the base's own
 /// failure when the base failed it too, else a flake.
 pub fn rerun_call(treatment: (u64, u64), base: (u64, u64)) -> (f64, &'static str) {
-    let p = crate::measure::stats::fisher_greater(treatment.0, treatment.1, base.0, base.1);
+    let p = crate::numbers::stats::fisher_greater(treatment.0, treatment.1, base.0, base.1);
     let call = if treatment.1 == 0 || base.1 == 0 {
         // A re-run boot that never reached the case (it crashed or hung first) tells nothing.
         "no result in the re-runs"
@@ -747,7 +747,7 @@ pub fn pairing_gain(rows: &[PerfRow]) -> Option<(f64, f64, f64, usize)> {
         })
         .collect();
     ratios.sort_by(|a, b| a.total_cmp(b));
-    let med = crate::measure::stats::median(&ratios)?;
+    let med = crate::numbers::stats::median(&ratios)?;
     Some((med, ratios[0], ratios[ratios.len() - 1], ratios.len()))
 }
 
@@ -1490,13 +1490,13 @@ pub fn write(r: &Report, reproducer: &str, out: &Path) -> Result<String> {
     for (i, (metric, title)) in PLOTTED.iter().enumerate() {
         let Some(row) = r.metrics.get(*metric) else { continue };
         let path = out.join(format!("ab-{i}.svg"));
-        crate::measure::plots::bars(&path, &format!("{title}, median and 95% CI"), row, &ARMS)?;
+        crate::numbers::plots::bars(&path, &format!("{title}, median and 95% CI"), row, &ARMS)?;
         page.svg(&path);
     }
     let rows = &r.metrics;
     if rows.keys().any(|k| k.starts_with("sendvec.")) {
         let path = out.join("ab-sendvec.svg");
-        crate::measure::plots::sendvec(&path, rows, "time_ns", &ARMS)?;
+        crate::numbers::plots::sendvec(&path, rows, "time_ns", &ARMS)?;
         page.svg(&path);
     }
     std::fs::write(out.join("ab.html"), page.render(&format!("A/B {}", r.treatment)))?;
@@ -1832,8 +1832,8 @@ mod tests {
                 }
                 let (lb, lt) = (worse_logs(m, &b).unwrap(), worse_logs(m, &t).unwrap());
                 let d =
-                    table::pct(crate::measure::stats::median(&b).unwrap(), crate::measure::stats::median(&t).unwrap());
-                (crate::measure::stats::perm_p_greater(&lb, &lt), Some(d))
+                    table::pct(crate::numbers::stats::median(&b).unwrap(), crate::numbers::stats::median(&t).unwrap());
+                (crate::numbers::stats::perm_p_greater(&lb, &lt), Some(d))
             })
             .collect();
         regressions(&tests, threshold).iter().any(|r| *r)
@@ -1842,7 +1842,7 @@ mod tests {
     /// The factor that makes `metric` worse by `shift` (a fraction).
     fn worse_by(metric: &str, shift: f64) -> f64 {
         match better(metric) {
-            Some(crate::measure::gate::Better::Higher) => 1.0 / (1.0 + shift),
+            Some(crate::numbers::gate::Better::Higher) => 1.0 / (1.0 + shift),
             _ => 1.0 + shift,
         }
     }
@@ -1869,7 +1869,7 @@ mod tests {
         assert!(near >= 0.9, "7% regression found {near} of the time");
         // A careless design, Holm over 29 rows two-sided, can never fail at 5 boots per arm:
         // its first step needs p <= 0.05 / 29 / 2 < 1/252.
-        assert!(0.05 / 29.0 / 2.0 < crate::measure::stats::perm_min_p(5, 5));
+        assert!(0.05 / 29.0 / 2.0 < crate::numbers::stats::perm_min_p(5, 5));
     }
 
     #[test]

@@ -11,7 +11,7 @@
 use crate::harness::opts::RunOpts;
 use crate::harness::outcome::Outcome;
 use crate::harness::trace::parse_line;
-use crate::measure::stats::median;
+use crate::numbers::stats::median;
 use anyhow::{bail, Context, Result};
 use labproto::{Event, Plan, Step, TraceSpec};
 use serde::{Deserialize, Serialize};
@@ -312,7 +312,7 @@ pub fn plot(out: &Path, c: &Column, clusters: &BTreeMap<u32, String>) -> Result<
         .map(|(p, pc)| (clusters.get(p).cloned().unwrap_or_else(|| format!("policy{p}")), pc.steps.clone()))
         .collect();
     let title = format!("clocks during the timed phase, {} x {} calls", WORKERS, c.iterations);
-    crate::measure::plots::clock_steps(&path, &title, &series, clk.phase_ms)?;
+    crate::numbers::plots::clock_steps(&path, &title, &series, clk.phase_ms)?;
     Ok(Some(path))
 }
 

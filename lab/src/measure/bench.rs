@@ -5,7 +5,7 @@
 
 use crate::harness::opts::RunOpts;
 use crate::harness::outcome::Outcome;
-use crate::measure::samples::{collect, parse_step, step_name, summarise, Row, Samples, MODES, MODE_NAMES, SELECTIONS};
+use crate::numbers::samples::{collect, parse_step, step_name, summarise, Row, Samples, MODES, MODE_NAMES, SELECTIONS};
 use anyhow::{Context, Result};
 use labproto::{Event, Plan, Step};
 use serde::Serialize;
@@ -142,14 +142,14 @@ pub fn interleaved(name: &str, reps: usize, jobs: &[Job], modes: &[(u32, Vec<Str
 
 fn cell(rows: &BTreeMap<String, Row>, metric: &str, mode: u32, digits: usize, unit: &str) -> String {
     match rows.get(metric).and_then(|r| r.per_mode.get(&mode)) {
-        Some(e) if crate::measure::table::too_few(e) => crate::measure::table::few(e),
+        Some(e) if crate::numbers::table::too_few(e) => crate::numbers::table::few(e),
         Some(e) => format!("{:.d$}{unit} [{:.d$}, {:.d$}]", e.value, e.lo, e.hi, d = digits),
         None => "n/a".into(),
     }
 }
 
 fn delta(rows: &BTreeMap<String, Row>, metric: &str, mode: u32) -> String {
-    crate::measure::table::show_delta(rows.get(metric).and_then(|r| r.delta_pct.get(&mode)).copied())
+    crate::numbers::table::show_delta(rows.get(metric).and_then(|r| r.delta_pct.get(&mode)).copied())
 }
 
 const TIERS: [(&str, &str); 3] =
@@ -356,7 +356,7 @@ pub fn write_report(
 ) -> Result<String> {
     let samples = &collect(events);
     let rows = summarise(samples);
-    crate::measure::plots::write_all(dir, &rows, &latency_samples(events))?;
+    crate::numbers::plots::write_all(dir, &rows, &latency_samples(events))?;
     let json = serde_json::to_string_pretty(&ResultsFile {
         profile,
         reps,

@@ -5,8 +5,8 @@ use crate::harness::opts::RunOpts;
 use crate::harness::outcome::Outcome;
 use crate::measure::bench::{self, Config, Profile};
 use crate::measure::reproduce::{lab_dir, mark, seed_dir, seeds, Seeds, LEGEND};
-use crate::measure::samples::{collect, summarise, Row};
-use crate::measure::table::show_delta;
+use crate::numbers::samples::{collect, summarise, Row};
+use crate::numbers::table::show_delta;
 use anyhow::{Context, Result};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -107,7 +107,7 @@ pub fn run(profile: Profile, reps: usize, base: &RunOpts, out: &Path) -> Result<
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::measure::stats::Estimate;
+    use crate::numbers::stats::Estimate;
 
     #[test]
     fn table_marks_each_configuration() {

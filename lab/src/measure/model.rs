@@ -18,9 +18,9 @@ use crate::harness::prepare::CACHE_COUNTERS;
 use crate::harness::qemu::Tcg;
 use crate::measure::bench::{self, Job, Profile};
 use crate::measure::reproduce::{self, Seeds};
-use crate::measure::samples::{self, BootSamples, Row, Samples};
-use crate::measure::stats;
-use crate::measure::table::{big, est, lab_dir, mark, pct, seed_dir, show, show_delta, show_in, LEGEND};
+use crate::numbers::samples::{self, BootSamples, Row, Samples};
+use crate::numbers::stats;
+use crate::numbers::table::{big, est, lab_dir, mark, pct, seed_dir, show, show_delta, show_in, LEGEND};
 use crate::report::run_plan_and_report;
 use anyhow::{bail, Context, Result};
 use labproto::{Plan, Step};
@@ -147,7 +147,7 @@ pub struct Size {
 }
 
 /// Boots per mode by default: as many as a figure needs to get a mark.
-pub const DEFAULT_BOOTS: usize = crate::measure::table::MIN_SAMPLES;
+pub const DEFAULT_BOOTS: usize = crate::numbers::table::MIN_SAMPLES;
 
 /// The profile's seed-000 jobs, with `-i` replaced when `iterations` is given.
 fn jobs(size: Size) -> Vec<Job> {
@@ -577,7 +577,7 @@ pub fn reproduce(size: Size, modes: &[u32], base: &RunOpts, out: &Path) -> Resul
     let text = render(&board, &sha, size, modes, &samples, &rows)?;
     std::fs::create_dir_all(out)?;
     std::fs::write(out.join("model.md"), &text).context("writing model.md")?;
-    crate::measure::plots::write_tiers(out, &rows)?;
+    crate::numbers::plots::write_tiers(out, &rows)?;
     let dirs: Vec<PathBuf> = runs.outcomes().map(|o| o.dir.clone()).collect();
     let json = serde_json::to_string_pretty(&ResultsFile {
         size,

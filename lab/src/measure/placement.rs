@@ -3,7 +3,7 @@
 //! on the caller's CPU, elsewhere in the caller's cluster, or in another cluster of the board.
 
 use crate::harness::trace::{StepSummary, SUMMARY};
-use crate::measure::samples::{parse_step, MODE_NAMES};
+use crate::numbers::samples::{parse_step, MODE_NAMES};
 use anyhow::{Context, Result};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;

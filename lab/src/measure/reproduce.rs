@@ -10,10 +10,10 @@
 use crate::harness::opts::RunOpts;
 use crate::harness::outcome::Outcome;
 use crate::measure::bench::{self, Job, Profile};
-use crate::measure::samples::{self, Row, Samples, MODES, MODE_NAMES};
 use crate::measure::seed001::Seed001;
-use crate::measure::table::{big, delta, est, lab_head, lab_row, pct, show, show_delta};
-pub use crate::measure::table::{lab_dir, mark, seed_dir, Dir, LEGEND};
+use crate::numbers::samples::{self, Row, Samples, MODES, MODE_NAMES};
+use crate::numbers::table::{big, delta, est, lab_head, lab_row, pct, show, show_delta};
+pub use crate::numbers::table::{lab_dir, mark, seed_dir, Dir, LEGEND};
 use crate::report::run_plan_and_report;
 use anyhow::{Context, Result};
 use labproto::{Event, Plan};
@@ -575,8 +575,8 @@ pub fn render(seeds: &Seeds, s0: &[&Experiment; 2], s1: &Experiment, s2: &Experi
 fn write_plots(out: &Path, s1: &Experiment, s2: &Experiment) -> Result<()> {
     crate::measure::seed001::write_plots(out, &s1.rows, &s1.events)?;
     let labels = ["defer_tc=0 (before)", "defer_tc=1 (after)"];
-    crate::measure::plots::sendvec(&out.join("seed002-time.svg"), &s2.rows, "time_ns", &labels)?;
-    crate::measure::plots::sendvec(&out.join("seed002-cpu.svg"), &s2.rows, "cpu_ns", &labels)
+    crate::numbers::plots::sendvec(&out.join("seed002-time.svg"), &s2.rows, "time_ns", &labels)?;
+    crate::numbers::plots::sendvec(&out.join("seed002-cpu.svg"), &s2.rows, "cpu_ns", &labels)
 }
 
 /// Runs the three experiments, then writes `reproduce.md` and `reproduce.json` to `out`.
@@ -684,7 +684,7 @@ fn run_sized(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::measure::stats::Estimate;
+    use crate::numbers::stats::Estimate;
 
     fn rows_with(metric: &str, per_mode: &[(u32, &[f64])]) -> (Samples, BTreeMap<String, Row>) {
         let mut s: Samples = BTreeMap::new();
@@ -717,11 +717,11 @@ mod tests {
         let e =
             Experiment::by_boots(outcomes.clone()).rows.remove("throughput-w2.iterations_per_sec").unwrap().per_mode
                 [&0];
-        assert_eq!((e.n, e.boots, crate::measure::table::units(&e)), (9, 3, 3));
-        assert!(crate::measure::table::too_few(&e), "3 boots are too few, whatever their repetitions");
+        assert_eq!((e.n, e.boots, crate::numbers::table::units(&e)), (9, 3, 3));
+        assert!(crate::numbers::table::too_few(&e), "3 boots are too few, whatever their repetitions");
         // Pooled, the same boots would pass for 9 independent samples.
         let flat = Experiment::new(outcomes).rows.remove("throughput-w2.iterations_per_sec").unwrap().per_mode[&0];
-        assert_eq!(crate::measure::table::units(&flat), 9);
+        assert_eq!(crate::numbers::table::units(&flat), 9);
     }
 
     #[test]

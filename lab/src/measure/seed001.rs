@@ -6,9 +6,9 @@
 
 use crate::harness::opts::RunOpts;
 use crate::measure::bench::{self, Job};
-use crate::measure::samples::{Row, Samples};
-use crate::measure::stats;
-use crate::measure::table::{
+use crate::numbers::samples::{Row, Samples};
+use crate::numbers::stats;
+use crate::numbers::table::{
     big, delta, est, lab_dir, lab_head, lab_row, mark, pct, seed_dir, show_delta, show_in as show, Dir,
 };
 use anyhow::Result;
@@ -295,7 +295,7 @@ pub fn render(seed: &Seed001, samples: &Samples, rows: &BTreeMap<String, Row>, s
 pub fn write_plots(out: &Path, rows: &BTreeMap<String, Row>, events: &[Event]) -> Result<()> {
     let labels: Vec<&str> = DRIVERS.iter().map(|d| d.2).collect();
     if let Some(row) = rows.get("throughput.iterations_per_sec") {
-        crate::measure::plots::bars(
+        crate::numbers::plots::bars(
             &out.join("seed001-throughput.svg"),
             "Seed 001: binderThroughputTest -w 2, iterations/s (median, 95% CI)",
             row,
@@ -303,7 +303,7 @@ pub fn write_plots(out: &Path, rows: &BTreeMap<String, Row>, events: &[Event]) -
         )?;
     }
     let t = bench::samples_ms(events, "throughput", "throughput", "/samples_ms");
-    crate::measure::plots::cdf(
+    crate::numbers::plots::cdf(
         &out.join("seed001-latency-cdf.svg"),
         "Seed 001: -w 2 call latency CDF (to p99)",
         &t,
@@ -313,7 +313,7 @@ pub fn write_plots(out: &Path, rows: &BTreeMap<String, Row>, events: &[Event]) -
     for b in ["inversion", "inversion-fifo"] {
         let h = bench::samples_ms(events, b, "inversion", "/high/samples_ms");
         let title = format!("{b}: high-priority call latency CDF (to p99.9)");
-        crate::measure::plots::cdf(&out.join(format!("seed001-{b}-cdf.svg")), &title, &h, &labels, 99.9)?;
+        crate::numbers::plots::cdf(&out.join(format!("seed001-{b}-cdf.svg")), &title, &h, &labels, 99.9)?;
     }
     Ok(())
 }
@@ -327,7 +327,7 @@ mod tests {
         for (metric, m, v) in data {
             s.entry(metric.to_string()).or_default().insert(*m, v.to_vec());
         }
-        let rows = crate::measure::samples::summarise(&s);
+        let rows = crate::numbers::samples::summarise(&s);
         (s, rows)
     }
 

@@ -1,4 +1,4 @@
-//! Stage 1: the host toolchain and downloads (apt, rust-src, bindgen, busybox). Imports only
+//! Stage 2: the host toolchain and downloads (apt, rust-src, bindgen, busybox). Imports only
 //! `support`.
 
 pub mod aosp_src;

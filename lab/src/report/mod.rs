@@ -1,4 +1,4 @@
-//! Stage 4: what a run or a nightly means for people and CI tools: JUnit XML, TAP, the
+//! Stage 5: what a run or a nightly means for people and CI tools: JUnit XML, TAP, the
 //! per-case table, the run summary, HTML and KCIDB. Imports `harness` and below.
 
 pub mod browser;

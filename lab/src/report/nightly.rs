@@ -1,5 +1,5 @@
 //! A night's results for people and for KernelCI: the HTML report and the KCIDB report.
-//! `cli::nightly` runs the night and fills these in; the regression gate's findings arrive
+//! `measure::nightly` runs the night and fills these in; the regression gate's findings arrive
 //! as plain rows and figures.
 
 use crate::harness::outcome::Outcome;

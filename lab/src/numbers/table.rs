@@ -1,8 +1,8 @@
 //! Shared pieces of the seed tables: directions and their marks, estimates by metric and
 //! mode, and the number formats the seed mails use.
 
-use crate::measure::samples::Row;
-use crate::measure::stats::Estimate;
+use crate::numbers::samples::Row;
+use crate::numbers::stats::Estimate;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 

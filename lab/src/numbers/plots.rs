@@ -2,7 +2,7 @@
 //! mode, the share of each tier per mode and each tier's latency change, with their CIs and
 //! the seed's own figures as reference marks.
 
-use crate::measure::samples::{Row, MODE_NAMES};
+use crate::numbers::samples::{Row, MODE_NAMES};
 use anyhow::{anyhow, Result};
 use plotters::coord::{types::RangedCoordf64, Shift};
 use plotters::prelude::*;
@@ -72,7 +72,7 @@ pub fn bars(path: &Path, title: &str, row: &Row, labels: &[&str]) -> Result<()> 
 /// Seed 002's shape: median ns per call against payload size, one line per mode, CI whiskers.
 pub fn sendvec(path: &Path, rows: &BTreeMap<String, Row>, metric: &str, labels: &[&str]) -> Result<()> {
     // (size, mode, estimate) for every sendvec.<size>.<metric> row.
-    let pts: Vec<(f64, u32, crate::measure::stats::Estimate)> = rows
+    let pts: Vec<(f64, u32, crate::numbers::stats::Estimate)> = rows
         .iter()
         .filter_map(|(k, r)| {
             let size: f64 = k.strip_prefix("sendvec.")?.strip_suffix(&format!(".{metric}"))?.parse().ok()?;
@@ -102,7 +102,7 @@ pub fn sendvec(path: &Path, rows: &BTreeMap<String, Row>, metric: &str, labels: 
     let modes: std::collections::BTreeSet<u32> = pts.iter().map(|p| p.1).collect();
     for m in modes {
         let c = COLORS[(m as usize).min(2)];
-        let mut line: Vec<(f64, crate::measure::stats::Estimate)> =
+        let mut line: Vec<(f64, crate::numbers::stats::Estimate)> =
             pts.iter().filter(|p| p.1 == m).map(|p| (p.0.log2(), p.2)).collect();
         line.sort_by(|a, b| a.0.total_cmp(&b.0));
         let dx = 0.06 * m as f64; // keep the whiskers of the modes apart
@@ -133,13 +133,13 @@ pub fn cdf(path: &Path, title: &str, samples_ms: &BTreeMap<u32, Vec<f64>>, label
     if samples_ms.values().all(Vec::is_empty) {
         return Ok(());
     }
-    let pooled = crate::measure::stats::sorted(&samples_ms.values().flatten().copied().collect::<Vec<_>>());
-    let max = crate::measure::stats::percentile_sorted(&pooled, upto).unwrap_or(1.0).max(1e-3);
+    let pooled = crate::numbers::stats::sorted(&samples_ms.values().flatten().copied().collect::<Vec<_>>());
+    let max = crate::numbers::stats::percentile_sorted(&pooled, upto).unwrap_or(1.0).max(1e-3);
     let root = canvas(path)?;
     let mut chart = chart(&root, title, 18, 40, (0f64..max, 0f64..1f64))?;
     chart.configure_mesh().x_desc("ms").y_desc("fraction").draw().map_err(err)?;
     for (m, v) in samples_ms {
-        let s = crate::measure::stats::sorted(v);
+        let s = crate::numbers::stats::sorted(v);
         let n = s.len() as f64;
         let c = COLORS[(*m as usize).min(2)];
         chart
@@ -189,7 +189,7 @@ const TIERS: [&str; 3] = ["same_core", "same_cluster", "cross_cluster"];
 fn seed_tiers(class: &str) -> BTreeMap<String, (f64, [f64; 2])> {
     let Ok(v) = include_str!("../../seeds.toml").parse::<toml::Table>() else { return BTreeMap::new() };
     let rows = v.get("seed000").and_then(|s| s.get("tiers")).and_then(|t| t.as_array()).cloned().unwrap_or_default();
-    let pct = crate::measure::table::pct;
+    let pct = crate::numbers::table::pct;
     rows.iter()
         .filter(|r| r.get("class").and_then(|c| c.as_str()) == Some(class))
         .filter_map(|r| {
@@ -205,7 +205,7 @@ fn seed_tiers(class: &str) -> BTreeMap<String, (f64, [f64; 2])> {
 const WHISKER: RGBColor = RGBColor(20, 20, 20);
 
 /// A 95% CI whisker at `x` with short caps.
-fn whisker(chart: &mut Chart<'_, '_>, x: f64, e: &crate::measure::stats::Estimate) -> Result<()> {
+fn whisker(chart: &mut Chart<'_, '_>, x: f64, e: &crate::numbers::stats::Estimate) -> Result<()> {
     let cap = 0.03;
     for path in
         [vec![(x, e.lo), (x, e.hi)], vec![(x - cap, e.lo), (x + cap, e.lo)], vec![(x - cap, e.hi), (x + cap, e.hi)]]
@@ -267,7 +267,7 @@ pub fn tier_deltas(path: &Path, rows: &BTreeMap<String, Row>, class: &str) -> Re
         let row = rows.get(&format!("tiers.{class}.{tier}.avg_ms"));
         for m in [1u32, 2] {
             let x = t as f64 - 0.2 + 0.25 * f64::from(m - 1);
-            let e = row.and_then(|r| r.delta_pct.get(&m)).filter(|e| !crate::measure::table::too_few(e));
+            let e = row.and_then(|r| r.delta_pct.get(&m)).filter(|e| !crate::numbers::table::too_few(e));
             let s = seed.get(*tier).map(|(_, d)| d[m as usize - 1]);
             bars.push((x, m, e.copied(), s));
         }
@@ -290,7 +290,7 @@ pub fn tier_deltas(path: &Path, rows: &BTreeMap<String, Row>, class: &str) -> Re
         .y_desc("Δ %")
         .draw()
         .map_err(err)?;
-    let band = crate::measure::table::DEAD_BAND_PCT;
+    let band = crate::numbers::table::DEAD_BAND_PCT;
     chart
         .draw_series([Rectangle::new([(-0.5, -band), (2.5, band)], RGBColor(200, 200, 200).mix(0.5).filled())])
         .map_err(err)?;
@@ -327,7 +327,7 @@ pub fn write_all(dir: &Path, rows: &BTreeMap<String, Row>, latency_ms: &BTreeMap
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::measure::samples::{summarise, Samples};
+    use crate::numbers::samples::{summarise, Samples};
 
     /// Whisker strokes (1) or reference lines (3) in an SVG: plotters draws both as polylines.
     fn lines(svg: &str, width: u32) -> usize {

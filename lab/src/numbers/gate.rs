@@ -1,7 +1,7 @@
 //! The nightly's regression gate: which metrics gate and which way is better, the metrics
 //! of a night as `nightly.json` stores them, and the rule that compares two nights.
 
-use crate::measure::samples::Row;
+use crate::numbers::samples::Row;
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;

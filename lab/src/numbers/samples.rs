@@ -1,7 +1,7 @@
 //! Benchmark samples: the step names of an interleaved plan, the metrics each result
 //! carries, and their per-mode medians with CIs (the rows tables, plots and the gate read).
 
-use crate::measure::stats::{self, Estimate};
+use crate::numbers::stats::{self, Estimate};
 use labproto::Event;
 use serde::Serialize;
 use std::collections::BTreeMap;
