@@ -126,6 +126,81 @@ fn crate_paths(code: &str) -> Vec<Vec<String>> {
     out
 }
 
+/// `code` without the bodies of `#[cfg(test)] mod x { ... }`: a `super::` in there is the
+/// file's own module, not its parent.
+fn without_test_modules(code: &str) -> String {
+    let mut out = String::new();
+    let mut rest = code;
+    while let Some(i) = rest.find("#[cfg(test)]") {
+        let after = &rest[i + "#[cfg(test)]".len()..];
+        let item = after.trim_start();
+        // `mod x {`, `pub mod x {`, `pub(crate) mod x {`.
+        let is_mod = item.split(['{', ';']).next().is_some_and(|head| head.split_whitespace().any(|w| w == "mod"));
+        let open = item.find('{').filter(|&o| is_mod && item.find(';').is_none_or(|semi| o < semi));
+        out.push_str(&rest[..i]);
+        let Some(open) = open else {
+            rest = after;
+            continue;
+        };
+        let body = &item[open..];
+        let mut depth = 0usize;
+        let end = body
+            .char_indices()
+            .find(|&(_, c)| {
+                match c {
+                    '{' => depth += 1,
+                    '}' => depth -= 1,
+                    _ => {}
+                }
+                depth == 0
+            })
+            .map_or(body.len(), |(j, _)| j + 1);
+        rest = &body[end..];
+    }
+    out + rest
+}
+
+/// Every module path the code of module `m` names, as segments from the crate root:
+/// `crate::` paths, `self::` and `super::` paths (`super::super::` too) made absolute, and paths
+/// through the child modules `m` declares (`mod lava;` then `lava::submit`).
+fn module_paths(m: &str, code: &str) -> Vec<Vec<String>> {
+    let code = without_test_modules(code);
+    // The crate root's own path is empty: its children are the top-level modules.
+    let own: Vec<String> =
+        if matches!(m, "lib" | "main" | "") { vec![] } else { m.split("::").map(String::from).collect() };
+    let starts_path =
+        |i: usize| !code[..i].chars().next_back().is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':');
+    let mut out = crate_paths(&code);
+    // `base(n)`: the module a path starting with `word::` and n more `super::` names.
+    let mut relative = |word: &str, base: &dyn Fn(usize) -> Option<Vec<String>>| {
+        let needle = format!("{word}::");
+        for (i, _) in code.match_indices(&needle) {
+            if !starts_path(i) {
+                continue;
+            }
+            let mut rest = &code[i + needle.len()..];
+            let mut up = 0;
+            while let Some(r) = rest.trim_start().strip_prefix("super::").filter(|_| word == "super") {
+                rest = r;
+                up += 1;
+            }
+            let Some(mut prefix) = base(up) else { continue };
+            expand(rest, &mut prefix, &mut out);
+        }
+    };
+    relative("self", &|_| Some(own.clone()));
+    relative("super", &|ups| own.len().checked_sub(1 + ups).map(|n| own[..n].to_vec()));
+    let children: BTreeSet<String> = regex::Regex::new(r"(?m)^\s*(?:pub(?:\([a-z]+\))?\s+)?mod\s+(\w+)\s*;")
+        .unwrap()
+        .captures_iter(&code)
+        .map(|c| c[1].to_string())
+        .collect();
+    for child in &children {
+        relative(child, &|_| Some(own.iter().cloned().chain([child.clone()]).collect()));
+    }
+    out
+}
+
 /// Parses one use tree from `s` after `prefix`; returns the rest of `s`.
 fn expand<'a>(mut s: &'a str, prefix: &mut Vec<String>, out: &mut Vec<Vec<String>>) -> &'a str {
     let depth = prefix.len();
@@ -175,7 +250,7 @@ fn module_cycle(files: &[(String, String)]) -> Option<Vec<String>> {
     let known: BTreeSet<&str> = files.iter().map(|(m, _)| m.as_str()).collect();
     let mut edges: std::collections::BTreeMap<&str, BTreeSet<String>> = Default::default();
     for (m, src) in files {
-        for path in crate_paths(&code_only(src)) {
+        for path in module_paths(m, &code_only(src)) {
             let target = (1..=path.len()).rev().map(|n| path[..n].join("::")).find(|t| known.contains(t.as_str()));
             if let Some(t) = target.filter(|t| t != m) {
                 edges.entry(m.as_str()).or_default().insert(t);
@@ -270,6 +345,27 @@ fn cycle_checker_finds_a_cycle() {
     ];
     assert_eq!(module_cycle(&bad).unwrap(), ["a::x", "a::y", "c::d", "a::x"]);
     assert_eq!(crate_paths("crate::{a::b, c::{d, e}}"), [vec!["a", "b"], vec!["c", "d"], vec!["c", "e"]]);
+    // Relative paths count: a child that calls back into its parent through `super::`, a
+    // parent that calls its child by the child's name.
+    let relative = [
+        f("r", "pub mod l;\npub fn w() {}\npub fn run() { l::submit() }"),
+        f("r::l", "pub fn submit() { super::w() }"),
+    ];
+    assert_eq!(module_cycle(&relative), Some(vec!["r".into(), "r::l".into(), "r".into()]));
+    let tests_only = [
+        f("r", "pub mod l;\npub fn w() {}"),
+        f(
+            "r::l",
+            "pub fn submit() {}\n#[cfg(test)]\nmod tests {\n    use super::*;\n    fn t() { super::super::w() }\n}",
+        ),
+    ];
+    assert_eq!(module_cycle(&tests_only), None);
+    let p = |m: &str, code: &str| module_paths(m, code).into_iter().map(|v| v.join("::")).collect::<Vec<_>>();
+    assert_eq!(
+        p("a::b", "use super::super::x::y; use self::c::d; use super::{e, f::g};"),
+        ["a::b::c::d", "x::y", "a::e", "a::f::g"]
+    );
+    assert_eq!(p("lib", "pub mod cli;\nfn f() { cli::run() }"), ["cli::run"]);
 }
 
 /// lab/src, and its files as (path below it, first component: the stage folder or a root

@@ -426,7 +426,7 @@ pub fn execute(cmd: Cmd) -> Result<Exit> {
         Cmd::Compare { baseline, current, threshold } => compare::run(&baseline, &current, threshold),
         Cmd::Profile { profile: p, run } => profile::run(&run, &p),
         Cmd::Account { account: a, run } => account::run(&a, &run),
-        Cmd::Docs(args) => docs::run(&args),
+        Cmd::Docs(args) => docs::run(&args, <Cli as clap::CommandFactory>::command()),
     }
 }
 
