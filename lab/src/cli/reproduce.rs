@@ -33,9 +33,11 @@ pub struct ModelArgs {
     /// workload (its CPU hogs keep every vCPU busy: the model's costly part).
     #[arg(long, requires = "model")]
     pub iterations: Option<usize>,
-    /// With --model: boots per mode and workload (with --only 001: per driver), each with
-    /// another QEMU `-seed` [default: 5, the fewest a figure needs for a mark].
-    #[arg(long, requires = "model")]
+    /// Boots of each experiment, each with another QEMU `-seed`: the intervals are over boots
+    /// (a deterministic boot's repetitions are one sample) and a row needs 5 for a mark. With
+    /// --model per mode and workload (with --only 001: per driver) [default: 5]; under icount
+    /// per experiment [default: 5; 1 with --profile quick, whose rows are then `?`].
+    #[arg(long)]
     pub boots: Option<usize>,
 }
 
@@ -56,7 +58,8 @@ pub fn run(
     }
     let mut opts = args.measure_opts("bench")?;
     farm.apply(&mut opts)?;
-    let r = reproduce::run_only(profile, &opts, &out, only)?;
+    let boots = model.boots.unwrap_or(reproduce::default_boots(profile));
+    let r = reproduce::run_only(profile, &opts, &out, only, boots)?;
     report(&r.text, r.outcomes().collect(), &out.join("reproduce.md"))
 }
 

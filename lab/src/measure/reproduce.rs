@@ -384,12 +384,18 @@ impl Experiment {
     /// timing model's `--boots`): the intervals resample boots, so the repetitions inside a
     /// deterministic boot count as one boot, never as as many independent samples.
     pub fn by_boots(outcomes: Vec<Outcome>) -> Experiment {
+        let e = Experiment::from_boot_events(&outcomes.iter().map(|o| o.events.as_slice()).collect::<Vec<_>>());
+        Experiment { outcomes, ..e }
+    }
+
+    /// [`Experiment::by_boots`] from each boot's saved events (no runs).
+    fn from_boot_events(boots: &[&[Event]]) -> Experiment {
         let mut all = samples::BootSamples::new();
-        for (b, o) in outcomes.iter().enumerate() {
-            samples::add_boot(&mut all, b, &samples::collect(&o.events));
+        for (b, events) in boots.iter().enumerate() {
+            samples::add_boot(&mut all, b, &samples::collect(events));
         }
-        let events: Vec<Event> = outcomes.iter().flat_map(|o| o.events.iter().cloned()).collect();
-        Experiment { rows: samples::summarise_boots(&all), samples: samples::pooled(&all), outcomes, events }
+        let events: Vec<Event> = boots.iter().flat_map(|e| e.iter().cloned()).collect();
+        Experiment { rows: samples::summarise_boots(&all), samples: samples::pooled(&all), outcomes: vec![], events }
     }
 
     /// From saved events only (no runs): for re-analysing a finished reproduction.
@@ -420,7 +426,8 @@ pub fn rerender(dir: &Path) -> Result<String> {
             .with_context(|| format!("reading {}: is this a reproduce directory?", file.display()))?,
     )
     .with_context(|| format!("{} is not a reproduce.json", file.display()))?;
-    let mut by_seed: BTreeMap<&str, Vec<Event>> = BTreeMap::new();
+    // Each saved run is one boot: its repetitions are not independent samples.
+    let mut by_seed: BTreeMap<&str, Vec<Vec<Event>>> = BTreeMap::new();
     for run in &saved.runs {
         // The nightly keeps a copy of each run next to reproduce.json; prefer it.
         let name = run.file_name().unwrap_or_default();
@@ -436,9 +443,12 @@ pub fn rerender(dir: &Path) -> Result<String> {
         } else {
             "000"
         };
-        by_seed.entry(seed).or_default().extend(events);
+        by_seed.entry(seed).or_default().push(events);
     }
-    let e = |k: &str| Experiment::from_events(by_seed.get(k).map(Vec::as_slice).unwrap_or_default());
+    let e = |k: &str| {
+        let boots: Vec<&[Event]> = by_seed.get(k).map(|b| b.iter().map(Vec::as_slice).collect()).unwrap_or_default();
+        Experiment::from_boot_events(&boots)
+    };
     let (s0, s0c, s1, s2) = (e("000"), e("000c"), e("001"), e("002"));
     write_plots(dir, &s1, &s2)?;
     Ok(render(&seeds()?, &[&s0, &s0c], &s1, &s2, saved.sizes))
@@ -581,12 +591,51 @@ fn write_plots(out: &Path, s1: &Experiment, s2: &Experiment) -> Result<()> {
 
 /// Runs the three experiments, then writes `reproduce.md` and `reproduce.json` to `out`.
 pub fn run(profile: Profile, base: &RunOpts, out: &Path) -> Result<Reproduction> {
-    run_only(profile, base, out, &[])
+    run_only(profile, base, out, &[], default_boots(profile))
 }
 
-/// [`run`] with only the seeds named in `only` (`000`, `001`, `002`; empty: all).
-pub fn run_only(profile: Profile, base: &RunOpts, out: &Path, only: &[String]) -> Result<Reproduction> {
-    run_sized(profile, Sizes::of(profile), None, base, out, only)
+/// Boots per experiment under icount unless `--boots` says otherwise: the full profile's is
+/// the fewest a row needs for a mark; the quick one checks the report's shape in one boot
+/// (its rows are then `?`, too few boots).
+pub fn default_boots(profile: Profile) -> usize {
+    match profile {
+        Profile::Quick => 1,
+        Profile::Full => crate::numbers::table::MIN_SAMPLES,
+    }
+}
+
+/// [`run`] with only the seeds named in `only` (`000`, `001`, `002`; empty: all), `boots`
+/// boots of each experiment (each with its own QEMU `-seed` when the TCG mode is
+/// deterministic; see [`experiment_boots`]).
+pub fn run_only(profile: Profile, base: &RunOpts, out: &Path, only: &[String], boots: usize) -> Result<Reproduction> {
+    if boots == 0 {
+        anyhow::bail!("--boots 0: every experiment needs at least one boot");
+    }
+    run_sized(profile, Sizes::of(profile), boots, base, out, only)
+}
+
+/// An experiment's summary from its boots: a deterministic boot is one sample of the machine,
+/// its repetitions never independent samples; under host-timed TCG the repetitions of a boot
+/// vary with the host and are pooled.
+fn experiment_of(outcomes: Vec<Outcome>, deterministic: bool) -> Experiment {
+    if deterministic {
+        Experiment::by_boots(outcomes)
+    } else {
+        Experiment::new(outcomes)
+    }
+}
+
+/// The boots of one experiment of `plan`: under a deterministic TCG mode `boots` of them,
+/// boot i with QEMU `-seed` [`crate::harness::opts::seed_of`]`(i)` (another boot of the same
+/// machine; the same seed would repeat the first boot bit for bit); otherwise one boot, whose
+/// repetitions vary with the host.
+fn experiment_boots<'a>(seed: &'a str, plan: Plan, opts: &RunOpts, boots: usize) -> Vec<(&'a str, Plan, RunOpts)> {
+    if !opts.tcg.deterministic() {
+        return vec![(seed, plan, opts.clone())];
+    }
+    (0..boots)
+        .map(|i| (seed, plan.clone(), RunOpts { qemu_seed: crate::harness::opts::seed_of(i), ..opts.clone() }))
+        .collect()
 }
 
 /// Seed 001 on the timing model (`reproduce --model --only 001`): `base` as [`crate::measure::model::opts`]
@@ -598,13 +647,13 @@ pub fn run_seed001_model(
     base: &RunOpts,
     out: &Path,
 ) -> Result<Reproduction> {
-    run_sized(profile, sizes, Some(boots), base, out, &["001".to_string()])
+    run_sized(profile, sizes, boots, base, out, &["001".to_string()])
 }
 
 fn run_sized(
     profile: Profile,
     sizes: Sizes,
-    model_boots: Option<usize>,
+    boots_each: usize,
     base: &RunOpts,
     out: &Path,
     only: &[String],
@@ -623,22 +672,36 @@ fn run_sized(
             "reproduce: seed 000 (CTABS modes 0/1/2, binder-tiers with priority_inheritance 0, 1, 1 + INHERIT_RT; {} repetitions)",
             sizes.bench_reps
         ));
-        boots.push(("000", bench::plan_inherit(profile, sizes.bench_reps, None), base.clone()));
+        boots.extend(experiment_boots("000", bench::plan_inherit(profile, sizes.bench_reps, None), base, boots_each));
         note(format!(
             "reproduce: seed 000 on the C driver ({C_FLAVOR}, CTABS modes 0/1/2; {} repetitions)",
             sizes.bench_reps
         ));
-        boots.push(("000c", bench::plan(profile, sizes.bench_reps, None), c_driver_opts(base)));
+        boots.extend(experiment_boots(
+            "000c",
+            bench::plan(profile, sizes.bench_reps, None),
+            &c_driver_opts(base),
+            boots_each,
+        ));
     }
+    let deterministic = base.tcg.deterministic();
     if want("001") {
         note(format!("reproduce: seed 001 (C mutex, C spinlock, Rust; {} runs each)", sizes.tput_runs));
+        let per_driver = deterministic.then_some(boots_each);
         boots.extend(
-            crate::measure::seed001::boots(sizes.seed001(), base, model_boots).into_iter().map(|(p, o)| ("001", p, o)),
+            crate::measure::seed001::boots(sizes.seed001(), base, per_driver).into_iter().map(|(p, o)| ("001", p, o)),
         );
     }
     if want("002") {
         note(format!("reproduce: seed 002 (defer_tc 0/1, {} repetitions)", sizes.sendvec_reps));
-        boots.push(("002", seed002_plan(sizes), base.clone()));
+        boots.extend(experiment_boots("002", seed002_plan(sizes), base, boots_each));
+    }
+    if deterministic {
+        note(format!(
+            "reproduce: {boots_each} boot(s) per experiment, each with its own QEMU -seed; intervals over boots, a mark \
+             from {} boots",
+            crate::numbers::table::MIN_SAMPLES
+        ));
     }
     let outcomes = crate::harness::boots::each(
         base,
@@ -656,13 +719,8 @@ fn run_sized(
     for ((seed, ..), o) in boots.iter().zip(outcomes) {
         by_seed.entry(seed).or_default().push(o);
     }
-    let mut experiment = |seed: &str| Experiment::new(by_seed.remove(seed).unwrap_or_default());
-    let (s0, s0c, s2) = (experiment("000"), experiment("000c"), experiment("002"));
-    // Seed 001 on the model: one boot per -seed and driver, its intervals over boots.
-    let s1 = match model_boots {
-        Some(_) => Experiment::by_boots(by_seed.remove("001").unwrap_or_default()),
-        None => experiment("001"),
-    };
+    let mut experiment = |seed: &str| experiment_of(by_seed.remove(seed).unwrap_or_default(), deterministic);
+    let (s0, s0c, s1, s2) = (experiment("000"), experiment("000c"), experiment("001"), experiment("002"));
     let text = render(&seeds, &[&s0, &s0c], &s1, &s2, sizes);
     std::fs::create_dir_all(out)?;
     write_plots(out, &s1, &s2)?;
@@ -695,25 +753,26 @@ mod tests {
         (s, rows)
     }
 
+    /// A boot of `reps` `-w 2` throughput repetitions of mode 0: `v`, `v + 1`, ...
+    fn tput_boot(v: f64, reps: usize) -> Outcome {
+        let mut o = crate::harness::outcome::tests::three_problems();
+        o.events = (0..reps)
+            .map(|r| Event::Result {
+                step: samples::step_name("throughput-w2", 0, r),
+                case: "throughput".into(),
+                status: labproto::Status::Pass,
+                duration_ms: 0.0,
+                message: None,
+                data: serde_json::json!({ "iterations_per_sec": v + r as f64 }),
+            })
+            .collect();
+        o
+    }
+
     /// Seed 001 on the model: 3 boots of 3 repetitions each are 3 samples, not 9.
     #[test]
     fn one_boot_never_counts_as_several() {
-        use crate::harness::outcome::tests::three_problems;
-        let boot = |v: f64| {
-            let mut o = three_problems();
-            o.events = (0..3)
-                .map(|r| Event::Result {
-                    step: samples::step_name("throughput-w2", 0, r),
-                    case: "throughput".into(),
-                    status: labproto::Status::Pass,
-                    duration_ms: 0.0,
-                    message: None,
-                    data: serde_json::json!({ "iterations_per_sec": v + r as f64 }),
-                })
-                .collect();
-            o
-        };
-        let outcomes: Vec<Outcome> = [1000.0, 1100.0, 1200.0].into_iter().map(boot).collect();
+        let outcomes: Vec<Outcome> = [1000.0, 1100.0, 1200.0].into_iter().map(|v| tput_boot(v, 3)).collect();
         let e =
             Experiment::by_boots(outcomes.clone()).rows.remove("throughput-w2.iterations_per_sec").unwrap().per_mode
                 [&0];
@@ -722,6 +781,30 @@ mod tests {
         // Pooled, the same boots would pass for 9 independent samples.
         let flat = Experiment::new(outcomes).rows.remove("throughput-w2.iterations_per_sec").unwrap().per_mode[&0];
         assert_eq!(crate::numbers::table::units(&flat), 9);
+    }
+
+    /// `reproduce` under icount: one boot of 9 repetitions is one sample (no mark), and more
+    /// boots are other `-seed`s, never the same boot again.
+    #[test]
+    fn icount_reproduce_counts_boots_not_repetitions() {
+        use crate::harness::qemu::Tcg;
+        let o = tput_boot(1000.0, 9);
+        let mut e = experiment_of(vec![o.clone()], true);
+        let est = e.rows.remove("throughput-w2.iterations_per_sec").unwrap().per_mode[&0];
+        assert_eq!(crate::numbers::table::units(&est), 1, "{est:?}");
+        assert!(crate::numbers::table::too_few(&est));
+        let mut host = experiment_of(vec![o], false);
+        assert_eq!(
+            crate::numbers::table::units(&host.rows.remove("throughput-w2.iterations_per_sec").unwrap().per_mode[&0]),
+            9
+        );
+
+        let icount = RunOpts { tcg: Tcg::Icount, ..RunOpts::default() };
+        let b = experiment_boots("002", Plan::default(), &icount, 5);
+        assert_eq!(b.iter().map(|x| x.2.qemu_seed).collect::<Vec<_>>(), [1, 2, 3, 4, 5]);
+        let single = RunOpts { tcg: Tcg::Single, ..RunOpts::default() };
+        assert_eq!(experiment_boots("002", Plan::default(), &single, 5).len(), 1);
+        assert_eq!((default_boots(Profile::Quick), default_boots(Profile::Full)), (1, 5));
     }
 
     #[test]
