@@ -200,6 +200,11 @@ pub enum Cmd {
         /// A fixed pool of N looper threads per server instead of libbinder's (max threads 15).
         #[arg(long)]
         threads: Option<usize>,
+        /// Boots (per configuration with --matrix), each with its own QEMU `-seed` under a
+        /// deterministic TCG mode: the intervals are over boots and a row needs 5 for a mark
+        /// [default: 5; 1 with --profile quick, whose rows are then `?`].
+        #[arg(long)]
+        boots: Option<usize>,
         /// All four configurations (libbinder's pool / --threads 2, with / without EAS), one
         /// boot each, and one table of their changes against the seed's (matrix.md).
         #[arg(long, conflicts_with_all = ["threads"])]
@@ -414,8 +419,10 @@ pub fn execute(cmd: Cmd) -> Result<Exit> {
         Cmd::Run { run, .. } => run::run(&run),
         Cmd::Conformance { cases, run } => run::suite(&run, "conformance", &cases),
         Cmd::Fuzz { fuzz, run } => fuzz::command(&run, &fuzz),
-        Cmd::Bench { profile, reps, matrix: true, out, run, .. } => bench::matrix(profile, reps, out, &run),
-        Cmd::Bench { profile, reps, threads, run, .. } => bench::run(profile, reps, threads, &run),
+        Cmd::Bench { profile, reps, matrix: true, boots, out, run, .. } => {
+            bench::matrix(profile, reps, boots, out, &run)
+        }
+        Cmd::Bench { profile, reps, threads, boots, run, .. } => bench::run(profile, reps, threads, boots, &run),
         Cmd::Reproduce { profile, out, run, from: None, only, model, farm } => {
             reproduce::run(profile, out, &only, &model, &farm, &run)
         }

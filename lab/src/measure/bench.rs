@@ -317,6 +317,8 @@ impl Config {
 struct ResultsFile<'a> {
     profile: Profile,
     reps: usize,
+    /// Boots summarised (each one sample under a deterministic TCG mode).
+    boots: usize,
     config: &'a Config,
     modes: [&'static str; 3],
     metrics: &'a BTreeMap<String, Row>,
@@ -344,31 +346,56 @@ pub fn samples_ms(events: &[Event], bench: &str, case_name: &str, pointer: &str)
     out
 }
 
-/// Writes results.json, report.md and the SVG plots into `dir`; returns the report text. A
-/// traced run (`--trace`) also gets where the woken server threads ran on `board`.
+/// The samples and rows of seed 000's benchmarks over `boots` (each boot's events). A
+/// deterministic boot (`deterministic`: icount, hicount) is one sample of the machine: the
+/// intervals resample boots, then the repetitions inside them, and a row needs
+/// [`crate::numbers::table::MIN_SAMPLES`] boots for a mark. Host-timed boots pool their
+/// repetitions.
+pub fn summary(boots: &[&[Event]], deterministic: bool) -> (Samples, BTreeMap<String, Row>) {
+    if !deterministic {
+        let samples = collect(&boots.concat());
+        let rows = summarise(&samples);
+        return (samples, rows);
+    }
+    let mut all = crate::numbers::samples::BootSamples::new();
+    for (b, events) in boots.iter().enumerate() {
+        crate::numbers::samples::add_boot(&mut all, b, &collect(events));
+    }
+    (crate::numbers::samples::pooled(&all), crate::numbers::samples::summarise_boots(&all))
+}
+
+/// Writes results.json, report.md and the SVG plots into `dir`; returns the report text and
+/// the rows ([`summary`] of `boots`). A traced run (`--trace`) also gets where the woken
+/// server threads ran on `board`.
 pub fn write_report(
     dir: &Path,
     profile: Profile,
     reps: usize,
     config: &Config,
     board: &board::Board,
-    events: &[Event],
-) -> Result<String> {
-    let samples = &collect(events);
-    let rows = summarise(samples);
-    crate::numbers::plots::write_all(dir, &rows, &latency_samples(events))?;
+    boots: &[&[Event]],
+    deterministic: bool,
+) -> Result<(String, BTreeMap<String, Row>)> {
+    let (samples, rows) = summary(boots, deterministic);
+    crate::numbers::plots::write_all(dir, &rows, &latency_samples(&boots.concat()))?;
     let json = serde_json::to_string_pretty(&ResultsFile {
         profile,
         reps,
+        boots: boots.len(),
         config,
         modes: MODE_NAMES,
         metrics: &rows,
-        samples,
+        samples: &samples,
     })?;
     std::fs::write(dir.join("results.json"), json).context("writing results.json")?;
     let placement = crate::measure::placement::section(dir, board)?.map(|s| format!("\n{s}")).unwrap_or_default();
+    let over = if deterministic {
+        format!("{} boot(s), each with its own QEMU -seed, of {reps} interleaved repetitions per mode; intervals over boots, a mark from {} boots", boots.len(), crate::numbers::table::MIN_SAMPLES)
+    } else {
+        format!("{reps} interleaved repetitions per mode")
+    };
     let text = format!(
-        "# Seed 000 on the emulated SA8155P\n\n{}.\nMedian [95% bootstrap CI] over {reps} interleaved repetitions per mode.\n\n## Thread selections (ctabs_stats)\n\n```\n{}```\n\n## Tiered latency (schd-dbg style)\n\n```\n{}```\n\n![tiers, SCHED_OTHER](tiers-other.svg) ![tiers, SCHED_FIFO](tiers-fifo.svg)\n\n## binderThroughputTest\n\n```\n{}```\n\n![throughput](throughput.svg) ![latency CDF](latency-cdf.svg)\n\n## BM_sendVec (seed 002's shape, medians)\n\n```\n{}```\n{placement}",
+        "# Seed 000 on the emulated SA8155P\n\n{}.\nMedian [95% bootstrap CI] over {over}.\n\n## Thread selections (ctabs_stats)\n\n```\n{}```\n\n## Tiered latency (schd-dbg style)\n\n```\n{}```\n\n![tiers, SCHED_OTHER](tiers-other.svg) ![tiers, SCHED_FIFO](tiers-fifo.svg)\n\n## binderThroughputTest\n\n```\n{}```\n\n![throughput](throughput.svg) ![latency CDF](latency-cdf.svg)\n\n## BM_sendVec (seed 002's shape, medians)\n\n```\n{}```\n{placement}",
         config.describe(),
         selections_table(&rows),
         tiers_table(&rows),
@@ -376,7 +403,7 @@ pub fn write_report(
         sendvec_table(&rows)
     );
     std::fs::write(dir.join("report.md"), &text).context("writing report.md")?;
-    Ok(text)
+    Ok((text, rows))
 }
 
 /// Boots once, runs the interleaved plan and writes the report into the run directory.
@@ -385,7 +412,13 @@ pub fn execute(profile: Profile, reps: usize, threads: Option<usize>, base: &Run
     execute_plan(&plan(profile, reps, threads), profile, reps, threads, base)
 }
 
-/// [`execute`] of a given plan of seed 000's shape (e.g. [`plan_inherit`]).
+fn config_of(threads: Option<usize>, base: &RunOpts) -> Result<(Config, board::Board)> {
+    let board = crate::harness::opts::load_board_file(&base.board, base.smp, base.memory.as_deref())?.0;
+    Ok((Config { threads, eas: !base.no_eas && board.has_eas(), cache: base.cache }, board))
+}
+
+/// [`execute`] of a given plan of seed 000's shape (e.g. [`plan_inherit`]): one boot, its
+/// report in its run directory.
 pub fn execute_plan(
     plan: &Plan,
     profile: Profile,
@@ -394,10 +427,45 @@ pub fn execute_plan(
     base: &RunOpts,
 ) -> Result<(Outcome, String)> {
     let outcome = crate::report::run_plan_and_report(plan, base)?;
-    let board = crate::harness::opts::load_board_file(&base.board, base.smp, base.memory.as_deref())?.0;
-    let config = Config { threads, eas: !base.no_eas && board.has_eas(), cache: base.cache };
-    let text = write_report(&outcome.dir, profile, reps, &config, &board, &outcome.events)?;
+    let (config, board) = config_of(threads, base)?;
+    let (text, _) =
+        write_report(&outcome.dir, profile, reps, &config, &board, &[&outcome.events], base.tcg.deterministic())?;
     Ok((outcome, text))
+}
+
+/// The options of each of `boots` boots: under a deterministic TCG mode boot i with QEMU
+/// `-seed` [`crate::harness::opts::seed_of`]`(i)` (the same seed would repeat the first boot
+/// bit for bit); host-timed TCG boots once.
+pub fn boot_opts(base: &RunOpts, boots: usize) -> Vec<RunOpts> {
+    if !base.tcg.deterministic() {
+        return vec![base.clone()];
+    }
+    (0..boots).map(|i| RunOpts { qemu_seed: crate::harness::opts::seed_of(i), ..base.clone() }).collect()
+}
+
+/// `lab bench`: [`execute`]'s plan in `boots` boots ([`boot_opts`], `-j` at once), the report
+/// over them in `out`. Returns the boots, the text and the rows.
+pub fn execute_boots(
+    profile: Profile,
+    reps: usize,
+    threads: Option<usize>,
+    base: &RunOpts,
+    boots: usize,
+    out: &Path,
+) -> Result<(Vec<Outcome>, String, BTreeMap<String, Row>)> {
+    let plan = plan(profile, reps, threads);
+    let opts = boot_opts(base, boots);
+    let outcomes = crate::harness::boots::each(
+        base,
+        &opts,
+        |o| format!("bench seed {}", o.qemu_seed),
+        |o| crate::report::run_plan_and_report(&plan, o),
+    )?;
+    let (config, board) = config_of(threads, base)?;
+    std::fs::create_dir_all(out)?;
+    let events: Vec<&[Event]> = outcomes.iter().map(|o| o.events.as_slice()).collect();
+    let (text, rows) = write_report(out, profile, reps, &config, &board, &events, base.tcg.deterministic())?;
+    Ok((outcomes, text, rows))
 }
 
 #[cfg(test)]
@@ -415,6 +483,26 @@ mod tests {
             message: None,
             data,
         }
+    }
+
+    /// Under icount one boot is one sample, however many repetitions it ran; host-timed
+    /// boots pool theirs.
+    #[test]
+    fn a_deterministic_boot_is_one_sample() {
+        let ev: Vec<Event> = (0..9)
+            .map(|r| {
+                result(&step_name("throughput", 0, r), "throughput", json!({"iterations_per_sec": 1000.0 + r as f64}))
+            })
+            .collect();
+        let units = |det: bool, boots: &[&[Event]]| {
+            crate::numbers::table::units(&summary(boots, det).1["throughput.iterations_per_sec"].per_mode[&0])
+        };
+        assert_eq!(units(true, &[&ev]), 1);
+        assert_eq!(units(true, &[&ev, &ev, &ev, &ev, &ev]), 5);
+        assert_eq!(units(false, &[&ev]), 9);
+        let icount = RunOpts { tcg: crate::harness::qemu::Tcg::Icount, ..RunOpts::default() };
+        assert_eq!(boot_opts(&icount, 3).iter().map(|o| o.qemu_seed).collect::<Vec<_>>(), [1, 2, 3]);
+        assert_eq!(boot_opts(&RunOpts::default(), 3).len(), 1, "host-timed TCG boots once");
     }
 
     #[test]
@@ -507,7 +595,7 @@ mod tests {
         assert!(sel.lines().find(|l| l.contains("threads_started")).unwrap().contains("7 [7, 7]"), "{sel}");
         let config = Config { threads: Some(2), eas: false, cache: false };
         let board = crate::harness::opts::load_board("sa8155p").unwrap();
-        let report = write_report(d.path(), Profile::Quick, 5, &config, &board, &ev).unwrap();
+        let (report, _) = write_report(d.path(), Profile::Quick, 5, &config, &board, &[&ev], false).unwrap();
         assert!(report.contains("fixed pool of 2 looper threads") && report.contains("EAS off"), "{report}");
         // Not traced: no placement section (placement.rs tests a traced one).
         assert!(!report.contains("Where woken server threads ran"), "{report}");

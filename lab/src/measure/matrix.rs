@@ -5,7 +5,7 @@ use crate::harness::opts::RunOpts;
 use crate::harness::outcome::Outcome;
 use crate::measure::bench::{self, Config, Profile};
 use crate::measure::reproduce::{lab_dir, mark, seed_dir, seeds, Seeds, LEGEND};
-use crate::numbers::samples::{collect, summarise, Row};
+use crate::numbers::samples::Row;
 use crate::numbers::table::show_delta;
 use anyhow::{Context, Result};
 use std::collections::BTreeMap;
@@ -77,26 +77,37 @@ pub fn table(seeds: &Seeds, runs: &[(Config, BTreeMap<String, Row>)]) -> String 
     s
 }
 
-/// Runs the four configurations and writes `matrix.md` into `out`. Returns whether every
-/// run passed and the text.
-pub fn run(profile: Profile, reps: usize, base: &RunOpts, out: &Path) -> Result<(bool, String)> {
+/// Runs the four configurations, `boots` boots each ([`bench::boot_opts`]; all at once as
+/// `-j` allows), and writes `matrix.md` into `out`. Returns whether every run passed and the
+/// text.
+pub fn run(profile: Profile, reps: usize, boots: usize, base: &RunOpts, out: &Path) -> Result<(bool, String)> {
     let seeds = seeds()?;
     let mut runs: Vec<(Config, BTreeMap<String, Row>)> = vec![];
     let mut outcomes: Vec<Outcome> = vec![];
     let mut sections = String::new();
     let opts =
         |c: &Config| RunOpts { no_eas: !c.eas, name: format!("bench-{}", label(c).replace('+', "-")), ..base.clone() };
-    let done = crate::harness::boots::each(base, &CONFIGS, label, |c| {
-        let (o, text) = bench::execute(profile, reps, c.threads, &opts(c))?;
-        Ok((text + &crate::measure::reproduce::append_seed000(&o.dir, &o.events)?, o))
-    })?;
-    for (c, (text, o)) in CONFIGS.into_iter().zip(done) {
-        let _ = writeln!(sections, "\n# {} ({})\n\n{}", label(&c), o.dir.display(), text.trim_start_matches('#'));
-        runs.push((c, summarise(&collect(&o.events))));
-        outcomes.push(o);
+    let items: Vec<(Config, RunOpts)> =
+        CONFIGS.iter().flat_map(|c| bench::boot_opts(&opts(c), boots).into_iter().map(move |o| (*c, o))).collect();
+    let done = crate::harness::boots::each(
+        base,
+        &items,
+        |(c, o)| format!("{} seed {}", label(c), o.qemu_seed),
+        |(c, o)| bench::execute(profile, reps, c.threads, o),
+    )?;
+    for c in CONFIGS {
+        let mine: Vec<&(Outcome, String)> =
+            items.iter().zip(&done).filter(|((ic, _), _)| *ic == c).map(|(_, d)| d).collect();
+        let events: Vec<&[labproto::Event]> = mine.iter().map(|(o, _)| o.events.as_slice()).collect();
+        let (_, rows) = bench::summary(&events, base.tcg.deterministic());
+        let dirs: Vec<String> = mine.iter().map(|(o, _)| o.dir.display().to_string()).collect();
+        let first = mine.first().map(|(_, t)| t.trim_start_matches('#').to_string()).unwrap_or_default();
+        let _ = writeln!(sections, "\n# {} ({}; the first boot's report)\n\n{first}", label(&c), dirs.join(", "));
+        runs.push((c, rows));
     }
+    outcomes.extend(done.into_iter().map(|(o, _)| o));
     let text = format!(
-        "# Seed 000 in four configurations ({reps} interleaved repetitions per mode each)\n\n{LEGEND}\n\n```\n{}```\n{sections}",
+        "# Seed 000 in four configurations ({boots} boot(s) of {reps} interleaved repetitions per mode each; intervals over boots)\n\n{LEGEND}\n\n```\n{}```\n{sections}",
         table(&seeds, &runs)
     );
     std::fs::create_dir_all(out)?;

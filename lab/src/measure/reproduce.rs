@@ -302,9 +302,8 @@ pub fn seed000_section(seeds: &Seeds, rows: &BTreeMap<String, Row>) -> String {
 }
 
 /// Appends [`seed000_section`] for a finished bench run to its report.md; returns the section.
-pub fn append_seed000(dir: &Path, events: &[Event]) -> Result<String> {
-    let rows = samples::summarise(&samples::collect(events));
-    let section = seed000_section(&seeds()?, &rows);
+pub fn append_seed000(dir: &Path, rows: &BTreeMap<String, Row>) -> Result<String> {
+    let section = seed000_section(&seeds()?, rows);
     let path = dir.join("report.md");
     let mut text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
     text.push_str(&section);
