@@ -277,7 +277,7 @@ fn lava_reproduce_runs_its_boots_as_jobs_on_a_local_lava_instance() {
     };
     let base = RunOpts { tcg: lab::harness::qemu::Tcg::Icount, lava: Some(target), ..opts("bench") };
     let out = tempfile::tempdir().unwrap();
-    let r = lab::measure::reproduce::run_only(Profile::Quick, &base, out.path(), &["002".to_string()]).unwrap();
+    let r = lab::measure::reproduce::run_only(Profile::Quick, &base, out.path(), &["002".to_string()], 1).unwrap();
     let runs: Vec<&Outcome> = r.outcomes().collect();
     assert_eq!(runs.len(), 1, "one boot for seed 002");
     let o = runs[0];
