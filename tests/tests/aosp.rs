@@ -12,7 +12,11 @@ use labproto::Status;
 /// The filter's name, as the output and the results page call it.
 const FILTER: &str = "lab-ci";
 /// binderLibTest's tests that `lab-ci` leaves out: (test, why).
-const EXCLUDED: &[(&str, &str)] = &[];
+/// docs/src/results/aosp-userspace.md classifies them; none is a driver bug.
+const EXCLUDED: &[(&str, &str)] = &[(
+    "BinderLibTest.GotSid",
+    "needs the caller's SELinux context: the perf kernel has no LSM to give one (SELinux comes with gki, issue 37)",
+)];
 
 /// `--gtest_filter` for [`EXCLUDED`].
 fn gtest_filter() -> String {
@@ -21,7 +25,6 @@ fn gtest_filter() -> String {
 }
 
 #[test]
-#[ignore = "not yet run in a guest: the lab-ci filter's exclusions come from a first run of aosp-tests on perf (docs/src/results/aosp-userspace.md)"]
 fn aosp_tests_pass_on_perf_with_the_lab_ci_filter() {
     let mut plan = load_plan("aosp-tests").unwrap();
     let lib = plan.steps.iter_mut().find(|s| s.name == "binderLibTest").expect("aosp-tests runs binderLibTest");
