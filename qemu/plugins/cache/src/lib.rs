@@ -5,6 +5,10 @@
 //! domain sets the vCPU's core clock (`--dvfs`), the core's own cycles of each cost follow it
 //! (`qemu_plugin_vcpu_khz()`, qemu/0016); before that the costs are the top clock's.
 //!
+//! Each vCPU's L1D references and misses are also the guest PMU's L1D_CACHE and
+//! L1D_CACHE_REFILL events (`qemu_plugin_pmu_register_count()`, qemu/0021), so the guest's
+//! perf counts them per task and per exception level.
+//!
 //! Arguments: `config=PATH` (the model as JSON, written by the harness from the board's
 //! `[cache_model]`), `out=PATH`, and `charge=off` to count without charging.
 //!
@@ -24,6 +28,27 @@ extern "C" {
     /// qemu/0016: the vCPU's current core clock in kHz; 0 until a frequency domain (`--dvfs`)
     /// sets one.
     fn qemu_plugin_vcpu_khz(vcpu_index: u32) -> u64;
+    /// qemu/0021: the guest PMU counts architected event `event` with `cb`'s counts.
+    fn qemu_plugin_pmu_register_count(event: u16, cb: extern "C" fn(u32) -> u64) -> bool;
+}
+
+/// The Arm PMU's common events for L1D accesses and refills.
+const L1D_CACHE: u16 = 0x04;
+const L1D_CACHE_REFILL: u16 = 0x03;
+
+/// One counter of a vCPU, for the PMU (never called inside `on_access`, which holds the lock).
+fn pmu_count(vcpu: u32, f: fn(&lab_cache_model::Counters) -> u64) -> u64 {
+    let guard = STATE.lock().unwrap();
+    let Some(s) = guard.as_ref() else { return 0 };
+    f(&s.model.counters((vcpu as usize).min(s.model.cpus() - 1)))
+}
+
+extern "C" fn l1d_refs(vcpu: u32) -> u64 {
+    pmu_count(vcpu, |c| c.l1d_refs)
+}
+
+extern "C" fn l1d_misses(vcpu: u32) -> u64 {
+    pmu_count(vcpu, |c| c.l1d_misses)
 }
 
 struct State {
@@ -106,6 +131,12 @@ impl Register for Cache {
             charge,
             out: out.to_string(),
         });
+        for (event, cb) in [(L1D_CACHE, l1d_refs as extern "C" fn(u32) -> u64), (L1D_CACHE_REFILL, l1d_misses)] {
+            // SAFETY: a plain C call of QEMU's plugin API at install, before any vCPU exists.
+            if !unsafe { qemu_plugin_pmu_register_count(event, cb) } {
+                let _ = qemu_plugin::qemu_plugin_outs(format!("libcache: PMU event {event:#x} not registered\n"));
+            }
+        }
         qemu_plugin::qemu_plugin_register_atexit_cb(id, |_| write_counters())
     }
 }
