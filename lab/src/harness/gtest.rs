@@ -111,6 +111,58 @@ pub fn from_collected(run_dir: &Path, plan: &labproto::Plan) -> Vec<Event> {
     events
 }
 
+/// A test of the `aosp-tests` plan that fails on the lab's kernels for a classified reason
+/// (`aosp/known-failures.toml`).
+#[derive(Clone, Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KnownFailure {
+    /// `Suite.Test`, as gtest names it.
+    pub test: String,
+    /// The drivers it fails on: "rust", "c".
+    pub drivers: Vec<String>,
+    pub why: String,
+}
+
+/// `aosp/known-failures.toml`: the classified failures.
+pub const KNOWN_FAILURES: &str = "aosp/known-failures.toml";
+
+/// The known failures of the driver that `flavor` builds (the C driver for a flavor with
+/// cbinder's fragment, else the Rust one).
+pub fn known_failures(flavor: &str) -> Result<Vec<KnownFailure>> {
+    #[derive(serde::Deserialize)]
+    struct File {
+        failure: Vec<KnownFailure>,
+    }
+    let path = crate::support::paths::repo().join(KNOWN_FAILURES);
+    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let file: File = toml::from_str(&text).with_context(|| {
+        format!("{KNOWN_FAILURES} is malformed: each [[failure]] takes test = \"Suite.Test\", drivers = [\"rust\", \"c\"], why = \"...\"")
+    })?;
+    let f = crate::kbuild::flavor::load(flavor)?;
+    let driver = if f.fragment_files.iter().any(|x| x.starts_with("cbinder")) { "c" } else { "rust" };
+    Ok(file.failure.into_iter().filter(|k| k.drivers.iter().any(|d| d == driver)).collect())
+}
+
+/// `--gtest_filter` leaving `known` out (None: nothing to leave out).
+pub fn exclusion_filter(known: &[KnownFailure]) -> Option<String> {
+    (!known.is_empty())
+        .then(|| format!("--gtest_filter=-{}", known.iter().map(|k| k.test.as_str()).collect::<Vec<_>>().join(":")))
+}
+
+/// `plan` (an `aosp-tests`-shaped plan) with binderLibTest's known failures left out, and the
+/// lines that say which and why.
+pub fn without_known_failures(mut plan: labproto::Plan, flavor: &str) -> Result<(labproto::Plan, Vec<String>)> {
+    let known = known_failures(flavor)?;
+    let mut notes = vec![format!("binderLibTest: {} known failure(s) left out ({KNOWN_FAILURES})", known.len())];
+    notes.extend(known.iter().map(|k| format!("  left out {}: {}", k.test, k.why)));
+    if let (Some(filter), Some(lib)) =
+        (exclusion_filter(&known), plan.steps.iter_mut().find(|s| s.name == "binderLibTest"))
+    {
+        lib.argv.push(filter);
+    }
+    Ok((plan, notes))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -132,6 +184,22 @@ Expected equality of these values:]]></failure>
   </testsuite>
 </testsuites>
 "#;
+
+    #[test]
+    fn known_failures_follow_the_driver() {
+        let rust = known_failures("perf").unwrap();
+        let c = known_failures("cbinder").unwrap();
+        assert!(rust.iter().any(|k| k.test == "BinderLibTest.GotSid"), "{rust:?}");
+        assert!(c.len() > rust.len() && c.iter().any(|k| k.test == "BinderLibTest.InheritRt"), "{c:?}");
+        assert_eq!(known_failures("cbinder-debug").unwrap().len(), c.len());
+        assert_eq!(exclusion_filter(&rust).unwrap(), "--gtest_filter=-BinderLibTest.GotSid");
+        assert_eq!(exclusion_filter(&[]), None);
+        let plan = crate::harness::opts::load_plan("aosp-tests").unwrap();
+        let (p, notes) = without_known_failures(plan, "cbinder").unwrap();
+        let lib = p.steps.iter().find(|s| s.name == "binderLibTest").unwrap();
+        assert!(lib.argv.last().unwrap().contains("SchedPolicySet"), "{:?}", lib.argv);
+        assert!(notes[0].contains("3 known failure(s)") && notes.len() == 4, "{notes:?}");
+    }
 
     #[test]
     fn one_case_per_test() {

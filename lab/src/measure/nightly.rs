@@ -286,6 +286,16 @@ fn run_stages(opts: &Opts) -> Result<Vec<Stage>> {
         let thirdparty = load("thirdparty");
         plans.push(("thirdparty-perf", "thirdparty", "perf", thirdparty.clone()));
         plans.push(("thirdparty-cbinder", "thirdparty", "cbinder", thirdparty));
+        // Android 14's own binder tests, their classified failures left out per driver; full
+        // only: the first build of the AOSP userspace takes minutes (then it is cached).
+        for f in ["perf", "debug", "cbinder"] {
+            let name = match f {
+                "perf" => "aosp-tests-perf",
+                "debug" => "aosp-tests-debug",
+                _ => "aosp-tests-cbinder",
+            };
+            plans.push((name, "aosp-tests", f, load("aosp-tests")));
+        }
     }
     let mut stages = vec![];
     for (name, kind, flavor, plan) in plans {
@@ -304,6 +314,7 @@ fn run_stages(opts: &Opts) -> Result<Vec<Stage>> {
             // also puts mode 0's server on the caller's CPU (90% in CI), so they run mainline's.
             opts_f.policy = Some(board::Policy::Mainline);
         }
+        let plan = if kind == "aosp-tests" { plan.and_then(|p| aosp_plan(p, flavor)) } else { plan };
         let result = plan.and_then(|p| report::run_plan_and_report(&p, &opts_f).map_err(|e| format!("{e:#}")));
         progress::set(outer);
         let artifacts = opts.out.join(name);
@@ -313,6 +324,15 @@ fn run_stages(opts: &Opts) -> Result<Vec<Stage>> {
         stages.push(Stage { name: name.into(), kind, flavor: flavor.into(), started, result, artifacts });
     }
     Ok(stages)
+}
+
+/// The `aosp-tests` plan with `flavor`'s known failures left out, each named in a note.
+fn aosp_plan(plan: Plan, flavor: &str) -> std::result::Result<Plan, String> {
+    let (plan, notes) = crate::harness::gtest::without_known_failures(plan, flavor).map_err(|e| format!("{e:#}"))?;
+    for n in notes {
+        progress::note(n);
+    }
+    Ok(plan)
 }
 
 /// The reproduction's metrics plus the fuzzer's operations per second.
