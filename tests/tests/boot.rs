@@ -259,6 +259,48 @@ fn icount_boots_two_at_once_match_one_at_a_time_byte_for_byte() {
     }
 }
 
+/// Busy-loop processes of the test's own, one pair per host core, ended by PID when dropped.
+struct HostLoad(Vec<std::process::Child>);
+
+impl HostLoad {
+    fn start() -> HostLoad {
+        let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+        HostLoad(
+            (0..2 * cores)
+                .map(|_| std::process::Command::new("sh").args(["-c", "while :; do :; done"]).spawn().unwrap())
+                .collect(),
+        )
+    }
+}
+
+impl Drop for HostLoad {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Two icount boots of the same benchmark plan, while every host core is kept busy, leave the
+/// same bytes: the guest's results and its whole console, nothing removed. Under load one
+/// boot in four to six still moves guest time by a few hundred instructions while the guest
+/// is idle (docs/src/results/harness-faults.md: cause not yet found).
+#[test]
+#[ignore = "fails in some runs with QEMU 10.0.2 (icount time moved under host load, cause not yet found: docs/src/results/harness-faults.md); 4-6 min under the load it makes"]
+fn icount_boots_under_host_load_are_byte_identical() {
+    let o = RunOpts { tcg: lab::harness::qemu::Tcg::Icount, ..opts("bench-quick") };
+    let load = HostLoad::start();
+    let (a, b) = (run_and_report(&o).unwrap(), run_and_report(&o).unwrap());
+    drop(load);
+    for f in ["results.jsonl", "console.log"] {
+        let read = |o: &lab::harness::outcome::Outcome| std::fs::read(o.dir.join(f)).unwrap();
+        assert!(read(&a) == read(&b), "{f} differs: {} and {}", a.dir.display(), b.dir.display());
+    }
+    assert_ok(&a);
+    assert_ok(&b);
+}
+
 /// A SIGTERM while `reproduce -j 2` has two QEMUs running ends both, starts no other boot and
 /// exits 130.
 #[test]

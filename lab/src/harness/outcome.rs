@@ -194,7 +194,7 @@ impl Outcome {
         p.extend(crate::harness::collect::summary(&self.events).1);
         p.extend(self.collect_errors.iter().cloned());
         if !matches!(self.verdict, Verdict::Panic { .. }) {
-            p.extend(self.splats.iter().map(|s| format!("kernel splat ({}):\n{}", s.kind, s.text)));
+            p.extend(self.splats.iter().map(|s| format!("kernel splat ({}): {}\n{}", s.kind, s.headline(), s.text)));
         }
         p
     }

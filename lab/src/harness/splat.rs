@@ -7,16 +7,39 @@ pub struct Splat {
     pub kind: &'static str,
     /// Console line number (0-based) where it starts.
     pub line: usize,
-    /// The first line and what followed, up to the end of the report.
+    /// The report, up to its end: from a `[ cut here ]` marker when it has one (a WARN prints
+    /// its own message there, before the `WARNING:` line), else from its first line.
     pub text: String,
 }
 
 impl Splat {
-    /// What makes two reports the same failure: the kind and the first line's message without
+    /// The line that names the report (`WARNING: ...`, `BUG: ...`), without its timestamp.
+    fn report_line(&self) -> &str {
+        self.text.lines().find(|l| classify(l).is_some()).map(body).unwrap_or("")
+    }
+
+    /// The report in one line: a WARN's own message (printed between the `[ cut here ]`
+    /// marker and the `WARNING:` line) and then the report's line; else the report's line.
+    pub fn headline(&self) -> String {
+        let before: Vec<&str> = self
+            .text
+            .lines()
+            .take_while(|l| classify(l).is_none())
+            .map(body)
+            .filter(|l| !is_cut_here(l) && !l.is_empty())
+            .collect();
+        if before.is_empty() {
+            self.report_line().to_string()
+        } else {
+            format!("{} ({})", before.join(" "), self.report_line())
+        }
+    }
+
+    /// What makes two reports the same failure: the kind and the report line's message without
     /// what changes from boot to boot or with a patch (CPU, PID, task ids, addresses, code
     /// offsets, line numbers): `warning: WARNING: CPU: N PID: N at drivers/android/binder/process.rs:N version`.
     pub fn signature(&self) -> String {
-        let first = self.text.lines().next().map(body).unwrap_or("");
+        let first = self.report_line();
         let mut out = String::new();
         for word in first.split_whitespace() {
             // `f+0x1c/0x40` is the function `f`; a bare `0xffff...` is an address.
@@ -75,19 +98,41 @@ fn classify(line: &str) -> Option<&'static str> {
     labproto::splat_kind(body(line))
 }
 
-/// Finds every splat; each report's text runs until a line that starts a new report,
-/// the `---[ end trace` marker, or 40 lines.
+/// `------------[ cut here ]------------`, which the kernel prints before a WARN's message.
+fn is_cut_here(body: &str) -> bool {
+    body.contains("[ cut here ]")
+}
+
+/// Lines a WARN's message may take between the `[ cut here ]` marker and its `WARNING:` line.
+const WARN_MESSAGE_LINES: usize = 8;
+
+/// Where a report starting at `i` names its kind: `i` itself, or, for a `[ cut here ]`
+/// marker, the report line within the next few lines.
+fn report_at(lines: &[String], i: usize) -> Option<(usize, &'static str)> {
+    if let Some(kind) = classify(&lines[i]) {
+        return Some((i, kind));
+    }
+    if !is_cut_here(body(&lines[i])) {
+        return None;
+    }
+    (i + 1..lines.len().min(i + 2 + WARN_MESSAGE_LINES))
+        .take_while(|&k| !is_cut_here(body(&lines[k])))
+        .find_map(|k| classify(&lines[k]).map(|kind| (k, kind)))
+}
+
+/// Finds every splat; each report's text runs from its `[ cut here ]` marker or first line
+/// until a line that starts a new report, the `---[ end trace` marker, or 40 lines.
 pub fn scan(lines: &[String]) -> Vec<Splat> {
     let mut out: Vec<Splat> = vec![];
     let mut i = 0;
     while i < lines.len() {
-        let Some(kind) = classify(&lines[i]) else {
+        let Some((at, kind)) = report_at(lines, i) else {
             i += 1;
             continue;
         };
-        let mut text = vec![lines[i].clone()];
-        let mut j = i + 1;
-        while j < lines.len() && j < i + 40 && classify(&lines[j]).is_none() {
+        let mut text = lines[i..=at].to_vec();
+        let mut j = at + 1;
+        while j < lines.len() && j < at + 40 && classify(&lines[j]).is_none() && !is_cut_here(body(&lines[j])) {
             text.push(lines[j].clone());
             if lines[j].contains("---[ end") {
                 j += 1;
@@ -165,6 +210,38 @@ mod tests {
         );
         let kinds: Vec<&str> = scan(&l).iter().map(|s| s.kind).collect();
         assert_eq!(kinds, ["lockdep", "kasan", "rust-panic", "hung-task", "warning"]);
+    }
+
+    /// A WARN prints its own message between `[ cut here ]` and the `WARNING:` line (7.2's
+    /// format); the report keeps it, and its signature still comes from the `WARNING:` line.
+    #[test]
+    fn a_warn_keeps_its_message() {
+        let l = lines(
+            "[ 1.0] Created BinderWorker0\n\
+             [ 1.6] ------------[ cut here ]------------\n\
+             [ 1.6] lab ab test: binder-throughput's 1000th transaction\n\
+             [ 1.7] WARNING: drivers/android/binder.c:3113 at binder_transaction+0xc0/0x1dbc, CPU#5: binder-throughp/90\n\
+             [ 1.7] Call trace:\n\
+             [ 1.8] ---[ end trace 0000000000000000 ]---\n\
+             [ 2.0] ------------[ cut here ]------------\n\
+             [ 2.1] WARNING: CPU: 1 PID: 5 at mm/x.c:1 f+0x0/0x1\n",
+        );
+        let s = scan(&l);
+        assert_eq!(s.iter().map(|s| (s.kind, s.line)).collect::<Vec<_>>(), [("warning", 1), ("warning", 6)]);
+        assert!(s[0].text.contains("binder-throughput's 1000th transaction"), "{}", s[0].text);
+        assert!(s[0].text.ends_with("---[ end trace 0000000000000000 ]---"), "{}", s[0].text);
+        assert_eq!(
+            s[0].headline(),
+            "lab ab test: binder-throughput's 1000th transaction (WARNING: drivers/android/binder.c:3113 at \
+             binder_transaction+0xc0/0x1dbc, CPU#5: binder-throughp/90)"
+        );
+        assert_eq!(
+            s[0].signature(),
+            "warning: WARNING: drivers/android/binder.c:N at binder_transaction CPU#N: binder-throughp/N"
+        );
+        assert_eq!(s[1].headline(), "WARNING: CPU: 1 PID: 5 at mm/x.c:1 f+0x0/0x1");
+        // A marker with no report after it is no report.
+        assert!(scan(&lines("[ 1.0] ------------[ cut here ]------------\n[ 1.1] ok\n")).is_empty());
     }
 
     #[test]

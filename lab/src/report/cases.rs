@@ -95,7 +95,7 @@ pub fn test_cases(o: &Outcome) -> Vec<TestCase> {
                 name: format!("kernel/splat-{}-{}", i + 1, s.kind),
                 status: Status::Fail,
                 time_s: 0.0,
-                message: Some(format!("kernel splat ({}): {}", s.kind, first_line(&s.text))),
+                message: Some(format!("kernel splat ({}): {}", s.kind, s.headline())),
                 detail: Some(s.text.clone()),
             });
         }
