@@ -16,9 +16,6 @@ pub fn run(
     args: &RunArgs,
 ) -> Result<Exit> {
     let boots = boots.unwrap_or(crate::measure::reproduce::default_boots(profile));
-    if boots == 0 {
-        anyhow::bail!("--boots 0: the benchmark needs at least one boot");
-    }
     let out = paths::repo().join("target/lab/bench").join(utc_stamp());
     let (outcomes, text, rows) =
         bench::execute_boots(profile, reps, threads, &args.measure_opts("bench")?, boots, &out)?;
@@ -40,7 +37,7 @@ pub fn matrix(
     args: &RunArgs,
 ) -> Result<Exit> {
     let out = out.unwrap_or_else(|| paths::repo().join("target/lab/bench-matrix").join(utc_stamp()));
-    let boots = boots.unwrap_or(crate::measure::reproduce::default_boots(profile)).max(1);
+    let boots = boots.unwrap_or(crate::measure::reproduce::default_boots(profile));
     let (ok, text) = crate::measure::matrix::run(profile, reps, boots, &args.measure_opts("bench")?, &out)?;
     println!("{text}\nreport: {}", out.join("matrix.md").display());
     Ok(if ok { Exit::Ok } else { Exit::TestFailure })

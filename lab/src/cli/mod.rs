@@ -203,7 +203,7 @@ pub enum Cmd {
         /// Boots (per configuration with --matrix), each with its own QEMU `-seed` under a
         /// deterministic TCG mode: the intervals are over boots and a row needs 5 for a mark
         /// [default: 5; 1 with --profile quick, whose rows are then `?`].
-        #[arg(long)]
+        #[arg(long, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
         boots: Option<usize>,
         /// All four configurations (libbinder's pool / --threads 2, with / without EAS), one
         /// boot each, and one table of their changes against the seed's (matrix.md).

@@ -37,7 +37,7 @@ pub struct ModelArgs {
     /// (a deterministic boot's repetitions are one sample) and a row needs 5 for a mark. With
     /// --model per mode and workload (with --only 001: per driver) [default: 5]; under icount
     /// per experiment [default: 5; 1 with --profile quick, whose rows are then `?`].
-    #[arg(long)]
+    #[arg(long, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub boots: Option<usize>,
 }
 

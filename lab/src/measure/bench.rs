@@ -5,7 +5,7 @@
 
 use crate::harness::opts::RunOpts;
 use crate::harness::outcome::Outcome;
-use crate::numbers::samples::{collect, parse_step, step_name, summarise, Row, Samples, MODES, MODE_NAMES, SELECTIONS};
+use crate::numbers::samples::{parse_step, step_name, Row, Samples, MODES, MODE_NAMES, SELECTIONS};
 use anyhow::{Context, Result};
 use labproto::{Event, Plan, Step};
 use serde::Serialize;
@@ -346,26 +346,8 @@ pub fn samples_ms(events: &[Event], bench: &str, case_name: &str, pointer: &str)
     out
 }
 
-/// The samples and rows of seed 000's benchmarks over `boots` (each boot's events). A
-/// deterministic boot (`deterministic`: icount, hicount) is one sample of the machine: the
-/// intervals resample boots, then the repetitions inside them, and a row needs
-/// [`crate::numbers::table::MIN_SAMPLES`] boots for a mark. Host-timed boots pool their
-/// repetitions.
-pub fn summary(boots: &[&[Event]], deterministic: bool) -> (Samples, BTreeMap<String, Row>) {
-    if !deterministic {
-        let samples = collect(&boots.concat());
-        let rows = summarise(&samples);
-        return (samples, rows);
-    }
-    let mut all = crate::numbers::samples::BootSamples::new();
-    for (b, events) in boots.iter().enumerate() {
-        crate::numbers::samples::add_boot(&mut all, b, &collect(events));
-    }
-    (crate::numbers::samples::pooled(&all), crate::numbers::samples::summarise_boots(&all))
-}
-
 /// Writes results.json, report.md and the SVG plots into `dir`; returns the report text and
-/// the rows ([`summary`] of `boots`). A traced run (`--trace`) also gets where the woken
+/// the rows ([`crate::numbers::samples::summary`] of `boots`). A traced run (`--trace`) also gets where the woken
 /// server threads ran on `board`.
 pub fn write_report(
     dir: &Path,
@@ -376,7 +358,7 @@ pub fn write_report(
     boots: &[&[Event]],
     deterministic: bool,
 ) -> Result<(String, BTreeMap<String, Row>)> {
-    let (samples, rows) = summary(boots, deterministic);
+    let (samples, rows) = crate::numbers::samples::summary(boots, deterministic);
     crate::numbers::plots::write_all(dir, &rows, &latency_samples(&boots.concat()))?;
     let json = serde_json::to_string_pretty(&ResultsFile {
         profile,
@@ -471,6 +453,7 @@ pub fn execute_boots(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::numbers::samples::{collect, summarise};
     use labproto::Status;
     use serde_json::json;
 
@@ -495,7 +478,9 @@ mod tests {
             })
             .collect();
         let units = |det: bool, boots: &[&[Event]]| {
-            crate::numbers::table::units(&summary(boots, det).1["throughput.iterations_per_sec"].per_mode[&0])
+            crate::numbers::table::units(
+                &crate::numbers::samples::summary(boots, det).1["throughput.iterations_per_sec"].per_mode[&0],
+            )
         };
         assert_eq!(units(true, &[&ev]), 1);
         assert_eq!(units(true, &[&ev, &ev, &ev, &ev, &ev]), 5);

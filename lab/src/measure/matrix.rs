@@ -99,7 +99,7 @@ pub fn run(profile: Profile, reps: usize, boots: usize, base: &RunOpts, out: &Pa
         let mine: Vec<&(Outcome, String)> =
             items.iter().zip(&done).filter(|((ic, _), _)| *ic == c).map(|(_, d)| d).collect();
         let events: Vec<&[labproto::Event]> = mine.iter().map(|(o, _)| o.events.as_slice()).collect();
-        let (_, rows) = bench::summary(&events, base.tcg.deterministic());
+        let (_, rows) = crate::numbers::samples::summary(&events, base.tcg.deterministic());
         let dirs: Vec<String> = mine.iter().map(|(o, _)| o.dir.display().to_string()).collect();
         let first = mine.first().map(|(_, t)| t.trim_start_matches('#').to_string()).unwrap_or_default();
         let _ = writeln!(sections, "\n# {} ({}; the first boot's report)\n\n{first}", label(&c), dirs.join(", "));

@@ -288,12 +288,8 @@ fn run_stages(opts: &Opts) -> Result<Vec<Stage>> {
         plans.push(("thirdparty-cbinder", "thirdparty", "cbinder", thirdparty));
         // Android 14's own binder tests, their classified failures left out per driver; full
         // only: the first build of the AOSP userspace takes minutes (then it is cached).
-        for f in ["perf", "debug", "cbinder"] {
-            let name = match f {
-                "perf" => "aosp-tests-perf",
-                "debug" => "aosp-tests-debug",
-                _ => "aosp-tests-cbinder",
-            };
+        for (name, f) in [("aosp-tests-perf", "perf"), ("aosp-tests-debug", "debug"), ("aosp-tests-cbinder", "cbinder")]
+        {
             plans.push((name, "aosp-tests", f, load("aosp-tests")));
         }
     }

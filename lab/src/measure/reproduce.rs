@@ -374,33 +374,18 @@ pub struct Experiment {
 }
 
 impl Experiment {
-    pub fn new(outcomes: Vec<Outcome>) -> Experiment {
-        let events: Vec<Event> = outcomes.iter().flat_map(|o| o.events.iter().cloned()).collect();
-        Experiment { outcomes, ..Experiment::from_events(&events) }
-    }
-
-    /// [`Experiment::new`] for outcomes that are each one boot with its own QEMU `-seed` (the
-    /// timing model's `--boots`): the intervals resample boots, so the repetitions inside a
-    /// deterministic boot count as one boot, never as as many independent samples.
-    pub fn by_boots(outcomes: Vec<Outcome>) -> Experiment {
-        let e = Experiment::from_boot_events(&outcomes.iter().map(|o| o.events.as_slice()).collect::<Vec<_>>());
+    /// The summary of `outcomes`, each one boot ([`samples::summary`]): `by_boots` for
+    /// deterministic boots (each its own QEMU `-seed`), whose repetitions are never
+    /// independent samples; otherwise the repetitions are pooled.
+    pub fn of(outcomes: Vec<Outcome>, by_boots: bool) -> Experiment {
+        let e = Experiment::from_boots(&outcomes.iter().map(|o| o.events.as_slice()).collect::<Vec<_>>(), by_boots);
         Experiment { outcomes, ..e }
     }
 
-    /// [`Experiment::by_boots`] from each boot's saved events (no runs).
-    fn from_boot_events(boots: &[&[Event]]) -> Experiment {
-        let mut all = samples::BootSamples::new();
-        for (b, events) in boots.iter().enumerate() {
-            samples::add_boot(&mut all, b, &samples::collect(events));
-        }
-        let events: Vec<Event> = boots.iter().flat_map(|e| e.iter().cloned()).collect();
-        Experiment { rows: samples::summarise_boots(&all), samples: samples::pooled(&all), outcomes: vec![], events }
-    }
-
-    /// From saved events only (no runs): for re-analysing a finished reproduction.
-    fn from_events(events: &[Event]) -> Experiment {
-        let samples = samples::collect(events);
-        Experiment { rows: samples::summarise(&samples), samples, outcomes: vec![], events: events.to_vec() }
+    /// [`Experiment::of`] from each boot's saved events (no runs).
+    fn from_boots(boots: &[&[Event]], by_boots: bool) -> Experiment {
+        let (samples, rows) = samples::summary(boots, by_boots);
+        Experiment { rows, samples, outcomes: vec![], events: boots.concat() }
     }
 }
 
@@ -446,7 +431,7 @@ pub fn rerender(dir: &Path) -> Result<String> {
     }
     let e = |k: &str| {
         let boots: Vec<&[Event]> = by_seed.get(k).map(|b| b.iter().map(Vec::as_slice).collect()).unwrap_or_default();
-        Experiment::from_boot_events(&boots)
+        Experiment::from_boots(&boots, true)
     };
     let (s0, s0c, s1, s2) = (e("000"), e("000c"), e("001"), e("002"));
     write_plots(dir, &s1, &s2)?;
@@ -613,28 +598,12 @@ pub fn run_only(profile: Profile, base: &RunOpts, out: &Path, only: &[String], b
     run_sized(profile, Sizes::of(profile), boots, base, out, only)
 }
 
-/// An experiment's summary from its boots: a deterministic boot is one sample of the machine,
-/// its repetitions never independent samples; under host-timed TCG the repetitions of a boot
-/// vary with the host and are pooled.
-fn experiment_of(outcomes: Vec<Outcome>, deterministic: bool) -> Experiment {
-    if deterministic {
-        Experiment::by_boots(outcomes)
-    } else {
-        Experiment::new(outcomes)
-    }
-}
-
 /// The boots of one experiment of `plan`: under a deterministic TCG mode `boots` of them,
 /// boot i with QEMU `-seed` [`crate::harness::opts::seed_of`]`(i)` (another boot of the same
 /// machine; the same seed would repeat the first boot bit for bit); otherwise one boot, whose
 /// repetitions vary with the host.
 fn experiment_boots<'a>(seed: &'a str, plan: Plan, opts: &RunOpts, boots: usize) -> Vec<(&'a str, Plan, RunOpts)> {
-    if !opts.tcg.deterministic() {
-        return vec![(seed, plan, opts.clone())];
-    }
-    (0..boots)
-        .map(|i| (seed, plan.clone(), RunOpts { qemu_seed: crate::harness::opts::seed_of(i), ..opts.clone() }))
-        .collect()
+    bench::boot_opts(opts, boots).into_iter().map(|o| (seed, plan.clone(), o)).collect()
 }
 
 /// Seed 001 on the timing model (`reproduce --model --only 001`): `base` as [`crate::measure::model::opts`]
@@ -718,7 +687,7 @@ fn run_sized(
     for ((seed, ..), o) in boots.iter().zip(outcomes) {
         by_seed.entry(seed).or_default().push(o);
     }
-    let mut experiment = |seed: &str| experiment_of(by_seed.remove(seed).unwrap_or_default(), deterministic);
+    let mut experiment = |seed: &str| Experiment::of(by_seed.remove(seed).unwrap_or_default(), deterministic);
     let (s0, s0c, s1, s2) = (experiment("000"), experiment("000c"), experiment("001"), experiment("002"));
     let text = render(&seeds, &[&s0, &s0c], &s1, &s2, sizes);
     std::fs::create_dir_all(out)?;
@@ -773,12 +742,13 @@ mod tests {
     fn one_boot_never_counts_as_several() {
         let outcomes: Vec<Outcome> = [1000.0, 1100.0, 1200.0].into_iter().map(|v| tput_boot(v, 3)).collect();
         let e =
-            Experiment::by_boots(outcomes.clone()).rows.remove("throughput-w2.iterations_per_sec").unwrap().per_mode
+            Experiment::of(outcomes.clone(), true).rows.remove("throughput-w2.iterations_per_sec").unwrap().per_mode
                 [&0];
         assert_eq!((e.n, e.boots, crate::numbers::table::units(&e)), (9, 3, 3));
         assert!(crate::numbers::table::too_few(&e), "3 boots are too few, whatever their repetitions");
         // Pooled, the same boots would pass for 9 independent samples.
-        let flat = Experiment::new(outcomes).rows.remove("throughput-w2.iterations_per_sec").unwrap().per_mode[&0];
+        let flat =
+            Experiment::of(outcomes, false).rows.remove("throughput-w2.iterations_per_sec").unwrap().per_mode[&0];
         assert_eq!(crate::numbers::table::units(&flat), 9);
     }
 
@@ -788,11 +758,11 @@ mod tests {
     fn icount_reproduce_counts_boots_not_repetitions() {
         use crate::harness::qemu::Tcg;
         let o = tput_boot(1000.0, 9);
-        let mut e = experiment_of(vec![o.clone()], true);
+        let mut e = Experiment::of(vec![o.clone()], true);
         let est = e.rows.remove("throughput-w2.iterations_per_sec").unwrap().per_mode[&0];
         assert_eq!(crate::numbers::table::units(&est), 1, "{est:?}");
         assert!(crate::numbers::table::too_few(&est));
-        let mut host = experiment_of(vec![o], false);
+        let mut host = Experiment::of(vec![o], false);
         assert_eq!(
             crate::numbers::table::units(&host.rows.remove("throughput-w2.iterations_per_sec").unwrap().per_mode[&0]),
             9
@@ -859,11 +829,11 @@ mod tests {
         let seeds = seeds().unwrap();
         let sizes = Sizes::of(Profile::Quick);
         let ev = tier_events(5, &[("tiers", Some(0), false, serde_json::json!({"SCHED_OTHER": 300}), 0.0)]);
-        let rust = Experiment::from_events(&ev);
-        let none = Experiment::from_events(&[]);
+        let rust = Experiment::from_boots(&[&ev], false);
+        let none = Experiment::from_boots(&[], false);
         let t = render(&seeds, &[&rust, &none], &none, &none, sizes);
         assert!(t.contains("## Seed 000 on the Rust port") && !t.contains("on the C driver"), "{t}");
-        let c = Experiment::from_events(&ev[..ev.len() / 2]);
+        let c = Experiment::from_boots(&[&ev[..ev.len() / 2]], false);
         let t = render(&seeds, &[&rust, &c], &none, &none, sizes);
         assert_eq!(t.matches("## Seed 000 on the C driver (c-ctabs/").count(), 2, "{t}");
         // Its runs are told apart by the run directory's name.

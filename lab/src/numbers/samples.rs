@@ -190,3 +190,20 @@ pub fn summarise_boots(samples: &BootSamples) -> BTreeMap<String, Row> {
 pub fn summarise(samples: &Samples) -> BTreeMap<String, Row> {
     summarise_with(samples, |v| stats::median_ci(v), |b, o| stats::delta_pct_ci(b, o))
 }
+
+/// The samples and rows over `boots` (each boot's events). A deterministic boot
+/// (`by_boots`: icount, hicount) is one sample of the machine: the intervals resample boots,
+/// then the repetitions inside them, and a row needs [`crate::numbers::table::MIN_SAMPLES`]
+/// boots for a mark. Host-timed boots pool their repetitions.
+pub fn summary(boots: &[&[Event]], by_boots: bool) -> (Samples, BTreeMap<String, Row>) {
+    if !by_boots {
+        let samples = collect(&boots.concat());
+        let rows = summarise(&samples);
+        return (samples, rows);
+    }
+    let mut all = BootSamples::new();
+    for (b, events) in boots.iter().enumerate() {
+        add_boot(&mut all, b, &collect(events));
+    }
+    (pooled(&all), summarise_boots(&all))
+}
