@@ -239,7 +239,8 @@ fn hicount_seeds_are_other_boots_of_the_same_machine() {
     seeds_are_other_boots_of_the_same_machine(hicount("bench-quick"));
 }
 
-/// The same with the system QEMU's `--tcg icount` (no lab QEMU needed).
+/// The same under `--tcg icount` (the lab's QEMU, `auto`: Debian's 10.0.2 is not deterministic
+/// under host load).
 #[test]
 fn icount_seeds_are_other_boots_of_the_same_machine() {
     seeds_are_other_boots_of_the_same_machine(RunOpts {

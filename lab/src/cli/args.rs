@@ -155,8 +155,9 @@ pub struct RunFields {
     /// state it was in later (needs --qemu lab --tcg hicount).
     #[arg(long)]
     pub idle: bool,
-    /// Which QEMU: the system's, or the lab's patched build (qemu/, built on first use).
-    #[arg(long, value_enum, env = "LAB_QEMU", default_value = "system")]
+    /// Which QEMU: the lab's patched build (qemu/, built on first use) or the system's; `auto`
+    /// takes the lab's for --tcg icount and hicount, whose boots must be byte-identical.
+    #[arg(long, value_enum, env = "LAB_QEMU", default_value = "auto")]
     pub qemu: crate::kbuild::qemu::Choice,
     /// A TCG plugin, `path[,arg=value...]` (`{run}` is the run directory); repeatable.
     #[arg(long)]

@@ -83,7 +83,7 @@ pub fn asked(opts: &RunOpts) -> impl Iterator<Item = &'static Feature> + '_ {
 /// Each feature `opts` asks for has what it needs, or the first that does not says what to add.
 pub fn check(opts: &RunOpts, board: &board::Board) -> Result<()> {
     for f in asked(opts) {
-        let lab = opts.qemu == Choice::Lab;
+        let lab = opts.qemu_choice() == Choice::Lab;
         match f.needs {
             Needs::LabQemu if !lab => bail!("{} {}, which only the lab QEMU has: add --qemu lab", f.flag, f.what),
             Needs::TimingModel if !lab || opts.tcg != Tcg::Hicount => {
@@ -110,7 +110,7 @@ pub fn not_on_farm(opts: &RunOpts) -> Option<&'static str> {
 /// The timing options of `opts` as the command line gives them: `--qemu X --tcg Y` and each
 /// feature flag that is on (for reports and freeze records).
 pub fn timing_words(opts: &RunOpts) -> String {
-    let qemu = if opts.qemu == Choice::Lab { "lab" } else { "system" };
+    let qemu = if opts.qemu_choice() == Choice::Lab { "lab" } else { "system" };
     let mut w = vec![format!("--qemu {qemu}"), format!("--tcg {}", format!("{:?}", opts.tcg).to_lowercase())];
     w.extend(asked(opts).filter(|f| !f.flag.starts_with("--tcg")).map(|f| f.flag.to_string()));
     w.join(" ")
@@ -131,7 +131,7 @@ mod tests {
     #[test]
     fn each_feature_says_what_to_add() {
         let b = board("sa8155p");
-        let sys = RunOpts::default();
+        let sys = RunOpts { qemu: Choice::System, ..Default::default() };
         assert!(err(&RunOpts { tcg: Tcg::Hicount, ..sys.clone() }, &b).contains("--tcg hicount is the lab QEMU"));
         assert!(err(&RunOpts { dvfs: true, ..sys.clone() }, &b).ends_with("add --qemu lab"));
         let lab = RunOpts { qemu: Choice::Lab, ..sys };
@@ -142,6 +142,35 @@ mod tests {
         let all = RunOpts { tcg: Tcg::Hicount, cache: true, dvfs: true, idle: true, ..lab };
         assert!(check(&all, &b).is_ok());
         assert_eq!(timing_words(&all), "--qemu lab --tcg hicount --cache --dvfs --idle");
+        // `auto` is the lab's build under hicount.
+        let auto = RunOpts { qemu: Choice::Auto, ..all };
+        assert!(check(&auto, &b).is_ok());
+        assert_eq!(timing_words(&auto), "--qemu lab --tcg hicount --cache --dvfs --idle");
+    }
+
+    /// `auto` boots the deterministic modes on the lab's build (Debian's 10.0.2 is not
+    /// deterministic under host load), everything else and every farm boot on the system's.
+    #[test]
+    fn auto_is_the_lab_build_where_boots_must_be_byte_identical() {
+        let at = |tcg, lava: Option<crate::harness::opts::LavaTarget>| {
+            RunOpts { tcg, lava, ..Default::default() }.qemu_choice()
+        };
+        assert_eq!(RunOpts::default().qemu, Choice::Auto);
+        assert_eq!(at(Tcg::Icount, None), Choice::Lab);
+        assert_eq!(at(Tcg::Hicount, None), Choice::Lab);
+        assert_eq!(at(Tcg::Single, None), Choice::System);
+        assert_eq!(at(Tcg::Multi, None), Choice::System);
+        let farm = crate::harness::opts::LavaTarget {
+            server: "s".into(),
+            user: "u".into(),
+            token: "t".into(),
+            artifact_url: None,
+        };
+        assert_eq!(at(Tcg::Icount, Some(farm)), Choice::System);
+        assert_eq!(
+            RunOpts { qemu: Choice::System, tcg: Tcg::Icount, ..Default::default() }.qemu_choice(),
+            Choice::System
+        );
     }
 
     #[test]

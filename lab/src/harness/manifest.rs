@@ -68,7 +68,7 @@ pub fn write_manifest(
         host_cpus: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
         host_loadavg: std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim().to_string(),
         qemu: qemu::version_of(&p.qemu).unwrap_or_default(),
-        qemu_choice: opts.qemu,
+        qemu_choice: opts.qemu_choice(),
         qemu_key: p.qemu_key.as_deref(),
         plugins: &spec.plugins,
         kernel_flavor: &p.kernel.flavor,

@@ -227,8 +227,16 @@ impl Monitor {
                 Verdict::QemuExited { status: status.clone(), tail: splat::tail(&self.lines, TAIL) }
             });
         }
-        (self.timeouts && now > self.deadline)
-            .then(|| Verdict::Timeout { phase: self.phase_text(), tail: splat::tail(&self.lines, TAIL) })
+        if !(self.timeouts && now > self.deadline) {
+            return None;
+        }
+        if matches!(self.phase, Phase::PowerOff) && self.powered_off() {
+            // Hung after PSCI SYSTEM_OFF with every result in (power-off is entered on the
+            // init's `done`): the same emulator fault as a crash there, and the harness stops it.
+            self.emulator_fault = Some(format!("no exit within {POWEROFF_TIMEOUT:?} (stopped by the harness)"));
+            return Some(Verdict::Completed);
+        }
+        Some(Verdict::Timeout { phase: self.phase_text(), tail: splat::tail(&self.lines, TAIL) })
     }
 
     /// The kernel printed its last line before PSCI SYSTEM_OFF.
@@ -241,9 +249,6 @@ impl Monitor {
             Phase::Boot => format!("boot (no message from the guest init within {:?})", self.boot_timeout),
             Phase::Idle => "the guest init between steps".into(),
             Phase::Step(s) => format!("step {s}"),
-            Phase::PowerOff if self.powered_off() => format!(
-                "power-off after the plan: the guest powered off, but QEMU did not exit within {POWEROFF_TIMEOUT:?}"
-            ),
             Phase::PowerOff => "power-off after the plan".into(),
         }
     }
@@ -370,11 +375,22 @@ mod tests {
             (62.2, Input::Tick),
         ]);
         assert_eq!(at, Some(62.2));
+        assert_eq!(f.verdict, Verdict::Completed, "hung after a clean power-off: the emulator's fault");
+        assert_eq!(f.emulator_fault.as_deref(), Some("no exit within 60s (stopped by the harness)"));
+        // Done, but the kernel never printed its power-off: the guest's shutdown hung.
+        let (f, _) = run(vec![
+            (0.9, hello()),
+            (1.0, start("a")),
+            (2.0, end("a")),
+            (2.1, Input::Result(Event::Done)),
+            (62.2, Input::Tick),
+        ]);
         assert!(
-            matches!(f.verdict, Verdict::Timeout { ref phase, .. } if phase.contains("QEMU did not exit")),
+            matches!(f.verdict, Verdict::Timeout { ref phase, .. } if phase == "power-off after the plan"),
             "{:?}",
             f.verdict
         );
+        assert_eq!(f.emulator_fault, None);
     }
 
     #[test]

@@ -126,7 +126,7 @@ impl RunOpts {
     /// of it (another session's work, not yet exported) must neither rebuild it between boots
     /// nor fail the boots that follow.
     pub fn with_qemu_resolved(&self) -> Result<RunOpts> {
-        let resolved = crate::kbuild::qemu::resolve(self.qemu)?;
+        let resolved = crate::kbuild::qemu::resolve(self.qemu_choice())?;
         Ok(RunOpts { qemu_resolved: Some(resolved), ..self.clone() })
     }
 
@@ -134,7 +134,19 @@ impl RunOpts {
     pub fn qemu_binary(&self) -> Result<(PathBuf, Option<String>)> {
         match &self.qemu_resolved {
             Some(r) => Ok(r.clone()),
-            None => crate::kbuild::qemu::resolve(self.qemu),
+            None => crate::kbuild::qemu::resolve(self.qemu_choice()),
+        }
+    }
+
+    /// The QEMU these options run on: `auto` is the lab's build for the deterministic modes,
+    /// whose boots must be byte-identical wherever and however loaded the host is, except on a
+    /// farm, whose workers have only the system's.
+    pub fn qemu_choice(&self) -> crate::kbuild::qemu::Choice {
+        use crate::kbuild::qemu::Choice;
+        match self.qemu {
+            Choice::Auto if self.lava.is_none() && matches!(self.tcg, Tcg::Icount | Tcg::Hicount) => Choice::Lab,
+            Choice::Auto => Choice::System,
+            c => c,
         }
     }
 

@@ -203,7 +203,7 @@ impl Outcome {
     pub fn emulator_note(&self) -> Option<String> {
         self.emulator_fault.as_ref().map(|st| {
             format!(
-                "QEMU ended with {st} after the guest's clean power-off; every result had arrived, \
+                "QEMU after the guest's clean power-off: {st}; every result had arrived, \
                  so the run counts: a fault of the emulator, not of the kernel under test"
             )
         })

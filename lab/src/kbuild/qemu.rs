@@ -296,8 +296,11 @@ pub fn build_plugin(package: &str) -> Result<PathBuf> {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Choice {
-    /// The host's qemu-system-aarch64 (Debian's package).
+    /// The lab's build under the deterministic `--tcg icount` and `hicount` (Debian's 10.0.2
+    /// is not deterministic under host load: qemu/0022), the host's otherwise.
     #[default]
+    Auto,
+    /// The host's qemu-system-aarch64 (Debian's package).
     System,
     /// The lab's patched QEMU (`qemu/`), built on first use.
     Lab,
@@ -307,6 +310,7 @@ pub enum Choice {
 pub fn resolve(choice: Choice) -> Result<(PathBuf, Option<String>)> {
     match choice {
         Choice::System => Ok((PathBuf::from(BINARY), None)),
+        Choice::Auto => bail!("--qemu auto names no binary until it is read against --tcg (RunOpts::qemu_choice)"),
         Choice::Lab => {
             let b = build()?;
             Ok((b.binary(), Some(b.key)))
