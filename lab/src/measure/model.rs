@@ -215,7 +215,10 @@ pub fn run(size: Size, modes: &[u32], base: &RunOpts) -> Result<ModelRuns> {
     let mut items: Vec<BootRun> = vec![];
     for b in 0..size.boots {
         let opts = RunOpts { qemu_seed: seed_of(b), ..opts(base) };
-        items.push((b, None, boot_plan(), opts.clone()));
+        // AOSP's userspace makes a larger initramfs: the boot alone carries it too, so that
+        // what is subtracted is the same boot.
+        let alone = Plan { aosp: size.userspace == Userspace::Aosp, ..boot_plan() };
+        items.push((b, None, alone, opts.clone()));
         for m in mode_order(modes, b) {
             for job in &jobs(size) {
                 let p = userspace::apply(size.userspace, plan(job, m, reps))?;
