@@ -131,7 +131,8 @@ fn throughput(text: &[&str]) -> Result<Value, String> {
             "p50_ms": pick(&exact, "50%"), "p90_ms": pick(&exact, "90%"),
             "p95_ms": pick(&exact, "95%"), "p99_ms": pick(&exact, "99%"),
         });
-        d["samples"] = json!(pick(&exact, "calls"));
+        // Calls as an integer: `lab profile` divides by it (as_u64).
+        d["samples"] = json!(pick(&exact, "calls").map(|n| n as u64));
     }
     Ok(d)
 }
@@ -221,7 +222,7 @@ mod tests {
         // Buckets 1 and 3 of 0.39 ms, where the exact values are 0.560 and 1.299 ms.
         assert_eq!((d["p50_ms"].as_f64(), d["p99_ms"].as_f64()), (Some(0.585938), Some(1.36719)));
         assert_eq!((d["exact"]["p50_ms"].as_f64(), d["exact"]["p99_ms"].as_f64()), (Some(0.559856), Some(1.29946)));
-        assert_eq!(d["samples"], 2000.0);
+        assert_eq!(d["samples"].as_u64(), Some(2000));
         assert_eq!((d["ctabs_mode"].as_u64(), d["prio_inherit"].as_u64()), (Some(1), Some(0)));
         assert_eq!((d["userspace"].as_str(), d["program"].as_str()), (Some("aosp"), Some("binderThroughputTest")));
     }
