@@ -7,6 +7,7 @@ use crate::harness::qemu::Tcg;
 use crate::kbuild::treatment::Source;
 use crate::measure::ab::{self, Request};
 use crate::measure::bench::Profile;
+use crate::measure::userspace::Userspace;
 use crate::support::{paths, progress::note, stamp};
 use anyhow::Result;
 use std::path::PathBuf;
@@ -64,6 +65,10 @@ pub struct AbArgs {
     /// first answer when the base's debug flavor is not built yet (a full build).
     #[arg(long)]
     pub no_debug: bool,
+    /// The programs of seed 000's throughput and tiers workloads: the lab's ports, or AOSP's
+    /// binderThroughputTest and schd-dbg (Android 14, built from aosp/).
+    #[arg(long, value_enum, default_value = "ports")]
+    pub userspace: Userspace,
     /// Where ab.md, ab.html and ab.json go [default: target/lab/ab/<time>].
     #[arg(long)]
     pub out: Option<PathBuf>,
@@ -121,6 +126,7 @@ pub fn run(a: &Given<AbArgs>, run: &RunArgs) -> Result<Exit> {
         seed_base: a.seed_base,
         reruns: a.reruns,
         no_debug: a.no_debug,
+        userspace: a.userspace,
         out: std::path::absolute(&out)?,
     };
     let report = ab::run(&req, &run.opts("conformance")?)?;
@@ -172,6 +178,7 @@ mod tests {
             ("no-model", &[]),
             ("no-perf", &[]),
             ("no-debug", &[]),
+            ("userspace", &["aosp"]),
             ("out", &["o"]),
         ]);
     }

@@ -4,6 +4,7 @@ use crate::cli::args::RunArgs;
 use crate::harness::outcome::{Exit, Outcome};
 use crate::measure::bench::Profile;
 use crate::measure::reproduce;
+use crate::measure::userspace::Userspace;
 use crate::support::{paths, stamp};
 use anyhow::Result;
 use std::path::{Path, PathBuf};
@@ -39,6 +40,11 @@ pub struct ModelArgs {
     /// per experiment [default: 5; 1 with --profile quick, whose rows are then `?`].
     #[arg(long, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub boots: Option<usize>,
+    /// The programs that measure seed 000's rows: the lab's ports, or AOSP's
+    /// binderThroughputTest and schd-dbg (Android 14, built from aosp/; the report gives their
+    /// bucketed percentiles, the seed's units, beside exact ones).
+    #[arg(long, value_enum, default_value = "ports")]
+    pub userspace: Userspace,
 }
 
 pub fn run(
@@ -59,7 +65,7 @@ pub fn run(
     let mut opts = args.measure_opts("bench")?;
     farm.apply(&mut opts)?;
     let boots = model.boots.unwrap_or(reproduce::default_boots(profile));
-    let r = reproduce::run_only(profile, &opts, &out, only, boots)?;
+    let r = reproduce::run_with(profile, model.userspace, &opts, &out, only, boots)?;
     report(&r.text, r.outcomes().collect(), &out.join("reproduce.md"))
 }
 
@@ -82,6 +88,7 @@ fn run_model(profile: Profile, out: &Path, only: &[String], model: &ModelArgs, a
             reps,
             iterations: model.iterations,
             boots: model.boots.unwrap_or(crate::measure::model::DEFAULT_BOOTS),
+            userspace: model.userspace,
         },
         &modes,
         &args.measure_opts("bench")?,
@@ -95,6 +102,9 @@ fn run_model(profile: Profile, out: &Path, only: &[String], model: &ModelArgs, a
 fn run_seed001_model(profile: Profile, out: &Path, model: &ModelArgs, args: &RunArgs) -> Result<Exit> {
     if !model.modes.is_empty() {
         anyhow::bail!("--modes: seed 001 has no CTABS modes (its columns are the three drivers); drop --modes");
+    }
+    if model.userspace != Userspace::Ports {
+        anyhow::bail!("--userspace {}: chooses seed 000's programs; seed 001 runs the lab's workloads only: drop --userspace or --only 001", model.userspace.name());
     }
     let mut sizes = reproduce::Sizes::of(profile);
     if let Some(r) = model.reps {

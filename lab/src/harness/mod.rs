@@ -3,6 +3,7 @@
 //! scanner and KTAP parser, the board's `[expect]` check. Imports `kbuild`, `provision` and `support`.
 
 pub mod adhoc;
+pub mod aosp_output;
 pub mod board_override;
 pub mod boot_cache;
 pub mod boots;

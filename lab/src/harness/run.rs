@@ -328,6 +328,7 @@ fn outcome(dir: PathBuf, prepared: &Prepared, run: Finished, t0: Instant) -> Out
     events.extend(ktap::from_console(&run.lines));
     events.extend(crate::harness::selftest::from_console(&run.lines));
     events.extend(crate::harness::gtest::from_collected(&dir, &prepared.plan));
+    events.extend(crate::harness::aosp_output::from_console(&run.lines));
     let topology_mismatches = check_topology(&prepared.board, &events, prepared.dvfs);
     let step_output = crate::harness::outcome::step_output(&run.lines, &events);
     Outcome {

@@ -11,6 +11,7 @@ use crate::harness::qemu::Tcg;
 use crate::kbuild::treatment::{self, Source};
 use crate::kbuild::{flavor, kernel, pin::Lock, tree};
 use crate::measure::bench::{self, Job, Profile};
+use crate::measure::userspace::{self, Userspace};
 use crate::numbers::samples::{self, BootSamples, Row};
 use crate::numbers::stats::Estimate;
 use crate::numbers::table::{self, Dir};
@@ -47,6 +48,8 @@ pub struct Request {
     pub reruns: u32,
     /// No debug kernel: the gates run on the perf-side treatment only.
     pub no_debug: bool,
+    /// Which programs run seed 000's throughput and tiers workloads.
+    pub userspace: crate::measure::userspace::Userspace,
     pub out: PathBuf,
 }
 
@@ -107,7 +110,9 @@ pub fn better(metric: &str) -> Option<crate::numbers::gate::Better> {
 fn table_metrics(rows: &BTreeMap<String, Row>) -> Vec<String> {
     let mut out = vec![];
     for b in ["throughput", "throughput-w2"] {
-        for k in ["iterations_per_sec", "avg_ms", "p50_ms", "p99_ms"] {
+        // p50/p99 both ways: binderThroughputTest's histogram buckets and exact
+        // (numbers::samples::put_percentiles), whichever program ran.
+        for k in ["iterations_per_sec", "avg_ms", "p50_exact_ms", "p99_exact_ms", "p50_bucket_ms", "p99_bucket_ms"] {
             out.push(format!("{b}.{k}"));
         }
     }
@@ -280,7 +285,9 @@ pub fn perf_rows(samples: &BootSamples, threshold: f64, expect: &BTreeMap<String
                 .as_ref()
                 .and_then(|(b, t)| stats::min_detectable(b, t, level, POWER))
                 .map(|l| (l.exp() - 1.0) * 100.0);
-            let expect = expect.get(&m).map(|claim| {
+            // The seeds' p50/p99 claims are binderThroughputTest's bucket midpoints.
+            let claim_key = m.replace("_bucket_ms", "_ms");
+            let expect = expect.get(&claim_key).map(|claim| {
                 let mark = table::mark(table::seed_dir(*claim), d.as_ref().map(table::lab_dir));
                 (mark.to_string(), *claim)
             });
@@ -640,6 +647,9 @@ pub struct Report {
     /// --dvfs --idle`), and the scheduler policy.
     pub timing: String,
     pub policy: String,
+    /// Which programs ran seed 000's throughput and tiers workloads.
+    #[serde(default)]
+    pub userspace: Userspace,
     /// QEMU `-seed` of boot 1; boot i runs with seed_base + i - 1.
     pub seed_base: u32,
     /// `--gates-only`: the verdict covers the gates alone.
@@ -969,13 +979,16 @@ fn perf_runs(
     opts: &RunOpts,
     model: bool,
     seed_base: u32,
+    userspace: Userspace,
 ) -> Result<Vec<(u32, usize, Outcome)>> {
     let mut items: Vec<(u32, usize, Plan, RunOpts)> = vec![];
     for b in 0..size.boots {
         let order: Vec<u32> = if b % 2 == 0 { vec![0, 1] } else { vec![1, 0] };
         for arm in order {
-            let plan =
-                bench::interleaved(&format!("ab-{}", ARMS[arm as usize]), size.reps, &jobs(profile), &[(arm, vec![])]);
+            let plan = userspace::apply(
+                userspace,
+                bench::interleaved(&format!("ab-{}", ARMS[arm as usize]), size.reps, &jobs(profile), &[(arm, vec![])]),
+            )?;
             let o = RunOpts {
                 flavor: flavors[arm as usize].into(),
                 qemu_seed: seed_of(seed_base, b),
@@ -989,11 +1002,13 @@ fn perf_runs(
         }
     }
     note(format!(
-        "ab: {} boots per arm ({}), base and treatment alternating, {} repetition(s) of {} workloads each",
+        "ab: {} boots per arm ({}), base and treatment alternating, {} repetition(s) of {} workloads each; seed \
+         000's programs: {}",
         size.boots,
         if model { "the timing model: lab QEMU, hicount, cache plugin" } else { "icount" },
         size.reps,
-        jobs(profile).len()
+        jobs(profile).len(),
+        userspace.name()
     ));
     let label = |(arm, b, _, o): &(u32, usize, Plan, RunOpts)| {
         format!("ab {} (boot {}/{}, -seed {})", ARMS[*arm as usize], b + 1, size.boots, o.qemu_seed)
@@ -1169,7 +1184,7 @@ pub fn run(req: &Request, opts: &RunOpts) -> Result<Report> {
     let mut perf = if req.no_perf { Perf::NotAsked } else { Perf::NotRun };
     let mut samples_all = BootSamples::new();
     if !req.no_perf && !gate_failed && !crate::harness::run::interrupted() {
-        let runs = perf_runs([&req.base, &t_perf], size, req.profile, &popts, req.model, req.seed_base)?;
+        let runs = perf_runs([&req.base, &t_perf], size, req.profile, &popts, req.model, req.seed_base, req.userspace)?;
         boots = runs
             .iter()
             .map(|(arm, b, o)| {
@@ -1212,6 +1227,7 @@ pub fn run(req: &Request, opts: &RunOpts) -> Result<Report> {
         profile: req.profile,
         size,
         timing,
+        userspace: req.userspace,
         policy,
         seed_base: req.seed_base,
         gates_only: req.no_perf,
@@ -1343,12 +1359,13 @@ pub fn render(r: &Report, reproducer: &str) -> String {
     }
     let _ = writeln!(
         s,
-        "\n## The run\n\nPerformance boots: {} (`{}`), policy {}, QEMU `-seed` {} to {}.",
+        "\n## The run\n\nPerformance boots: {} (`{}`), policy {}, QEMU `-seed` {} to {}. Seed 000's programs: {}.",
         if r.gates_only { "none (gates only)" } else { "base and treatment alternating" },
         r.timing,
         r.policy,
         r.seed_base,
-        seed_of(r.seed_base, r.size.boots.saturating_sub(1))
+        seed_of(r.seed_base, r.size.boots.saturating_sub(1)),
+        r.userspace.describe()
     );
     if !r.trust.is_empty() {
         let _ = writeln!(s, "\nHow far the timing model is to be trusted (generated from `freeze/`):\n");
@@ -1549,11 +1566,13 @@ mod tests {
                 ("throughput.avg_ms", 1.8, 8.0),
                 ("throughput-w2.iterations_per_sec", 4500.0, 0.0),
                 ("throughput-w2.avg_ms", 0.4, 0.0),
-                ("throughput.p99_ms", 9.0, 20.0),
+                ("throughput.p99_exact_ms", 9.0, 20.0),
+                ("throughput.p99_bucket_ms", 9.0, 20.0),
             ],
             1.0,
         );
-        let expect: BTreeMap<String, f64> = [("throughput.iterations_per_sec".to_string(), 12.7)].into();
+        let expect: BTreeMap<String, f64> =
+            [("throughput.iterations_per_sec".to_string(), 12.7), ("throughput.p99_ms".to_string(), -4.8)].into();
         let r = perf_rows(&s, 5.0, &expect);
         let get = |m: &str| r.iter().find(|x| x.metric == m).unwrap();
         let t = get("throughput.iterations_per_sec");
@@ -1565,8 +1584,13 @@ mod tests {
         assert_eq!((a.regressed, a.judgement), (true, Judgement::Regressed));
         assert!(a.mdc_pct.unwrap() < 5.0, "{:?}", a.mdc_pct);
         // 20% worse, but exploratory: shown, never a regression.
-        let p99 = get("throughput.p99_ms");
+        let p99 = get("throughput.p99_exact_ms");
         assert_eq!((p99.verdict.as_str(), p99.regressed, p99.judgement), ("worse", false, Judgement::Exploratory));
+        // The seed's p99 claim is in its program's buckets: its mark goes on the bucket row.
+        assert_eq!(
+            (p99.expect.as_ref(), get("throughput.p99_bucket_ms").expect.as_ref().map(|e| e.1)),
+            (None, Some(-4.8))
+        );
         assert_eq!(get("throughput-w2.avg_ms").judgement, Judgement::Pass);
         assert!(r.iter().all(|x| x.boots == [5, 5] && x.paired));
         // The same rows with 20% spread between boots cannot detect 5%: inconclusive rows.
@@ -1638,6 +1662,7 @@ mod tests {
             profile: Profile::Quick,
             size: Size::of(Profile::Quick),
             timing: "--qemu system --tcg icount".into(),
+            userspace: Userspace::Ports,
             policy: "phone".into(),
             seed_base: 1,
             gates_only: boots.is_empty(),

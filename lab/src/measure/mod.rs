@@ -14,3 +14,4 @@ pub mod placement;
 pub mod profile;
 pub mod reproduce;
 pub mod seed001;
+pub mod userspace;

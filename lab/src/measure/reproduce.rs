@@ -11,6 +11,7 @@ use crate::harness::opts::RunOpts;
 use crate::harness::outcome::Outcome;
 use crate::measure::bench::{self, Job, Profile};
 use crate::measure::seed001::Seed001;
+use crate::measure::userspace::{self, Userspace};
 use crate::numbers::samples::{self, Row, Samples, MODES, MODE_NAMES};
 use crate::numbers::table::{big, delta, est, lab_head, lab_row, pct, show, show_delta};
 pub use crate::numbers::table::{lab_dir, mark, seed_dir, Dir, LEGEND};
@@ -212,13 +213,28 @@ pub fn seed000_tiers(seed: &Seed000, rows: &BTreeMap<String, Row>) -> String {
     s
 }
 
+/// The lab lines of a seed-000 throughput row: p50 and p99 twice, as binderThroughputTest's
+/// histogram buckets (the seed's units; `lab bkt`) and exact (`lab exact`), every other row once.
+fn throughput_lines(metric: &str) -> Vec<(&'static str, String)> {
+    match metric.strip_suffix("_ms").filter(|m| m.ends_with(".p50") || m.ends_with(".p99")) {
+        Some(p) => vec![("lab bkt", format!("{p}_bucket_ms")), ("lab exact", format!("{p}_exact_ms"))],
+        None => vec![("lab", metric.to_string())],
+    }
+}
+
+/// The note under seed 000's throughput table on its two kinds of percentile.
+pub const PERCENTILES: &str = "p50/p99: `bkt` is the midpoint of binderThroughputTest's 0.39 ms histogram bucket \
+(128 buckets over 50 ms), the seed's units, so such a line moves only when calls cross a bucket edge; `exact` is the \
+sample at p * n / 100 of every call's latency. AOSP's program prints its buckets, and its exact values with \
+aosp/patches 0008; the ports print exact values, and their bucket is the one that value falls in.";
+
 /// Seed 000, binderThroughputTest table.
 pub fn seed000_throughput(seed: &Seed000, rows: &BTreeMap<String, Row>) -> String {
     let mut s = String::new();
     let w = 24;
     let _ = writeln!(
         s,
-        "{:<15} {:<5} {:>w$} {:>w$} {:>w$} {:>w$} {:>w$}  dir",
+        "{:<15} {:<9} {:>w$} {:>w$} {:>w$} {:>w$} {:>w$}  dir",
         "Metric", "", "Baseline", "Patch 1/2", "Patch 2/2", "Δ P1/2", "Δ P2/2"
     );
     for r in &seed.throughput {
@@ -226,7 +242,7 @@ pub fn seed000_throughput(seed: &Seed000, rows: &BTreeMap<String, Row>) -> Strin
         let (d1, d2) = (pct(r.values[0], r.values[1]), pct(r.values[0], r.values[2]));
         let _ = writeln!(
             s,
-            "{:<15} {:<5} {:>w$} {:>w$} {:>w$} {:>w$} {:>w$}",
+            "{:<15} {:<9} {:>w$} {:>w$} {:>w$} {:>w$} {:>w$}",
             r.name,
             "seed",
             v(r.values[0]),
@@ -236,11 +252,22 @@ pub fn seed000_throughput(seed: &Seed000, rows: &BTreeMap<String, Row>) -> Strin
             format!("{d2:+.1}%")
         );
         if r.metric.is_empty() {
-            let _ = writeln!(s, "{:<15} {:<5} not measurable here: {}", "", "lab", r.why);
+            let _ = writeln!(s, "{:<15} {:<9} not measurable here: {}", "", "lab", r.why);
             continue;
         }
-        lab_row(&mut s, &lab_head(&format!("{:<15}", ""), "lab"), w, rows, &r.metric, &r.unit, [d1, d2]);
+        for (label, metric) in throughput_lines(&r.metric) {
+            lab_row(
+                &mut s,
+                &lab_head(&format!("{:<15}", ""), &format!("{label:<9}")),
+                w,
+                rows,
+                &metric,
+                &r.unit,
+                [d1, d2],
+            );
+        }
     }
+    let _ = writeln!(s, "\n{PERCENTILES}");
     s
 }
 
@@ -327,6 +354,9 @@ pub struct Sizes {
     /// Seed 002: repetitions per mode and iterations per size.
     pub sendvec_reps: usize,
     pub sendvec_iters: usize,
+    /// Which programs measure seed 000's rows (`--userspace`).
+    #[serde(default)]
+    pub userspace: Userspace,
 }
 
 impl Sizes {
@@ -349,6 +379,7 @@ impl Sizes {
                 inv_iters: 50,
                 sendvec_reps: 2,
                 sendvec_iters: 100,
+                userspace: Userspace::Ports,
             },
             // About 10 minutes here in all.
             Profile::Full => Sizes {
@@ -360,6 +391,7 @@ impl Sizes {
                 inv_iters: 200,
                 sendvec_reps: 8,
                 sendvec_iters: 1000,
+                userspace: Userspace::Ports,
             },
         }
     }
@@ -389,11 +421,17 @@ impl Experiment {
     }
 }
 
-/// The events a run directory saved in `results.jsonl`.
+/// The events a run directory saved in `results.jsonl`, and the results the host read from
+/// AOSP's programs' output in its `console.log` ([`crate::harness::aosp_output`]).
 pub fn saved_events(run_dir: &Path) -> Result<Vec<Event>> {
     let path = run_dir.join("results.jsonl");
     let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    Ok(text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect())
+    let mut events: Vec<Event> = text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    if let Ok(console) = std::fs::read_to_string(run_dir.join("console.log")) {
+        let lines: Vec<String> = console.lines().map(String::from).collect();
+        events.extend(crate::harness::aosp_output::from_console(&lines));
+    }
+    Ok(events)
 }
 
 /// Re-renders the tables of a finished reproduction (`reproduce.json` in `dir`, as
@@ -531,6 +569,7 @@ fn c_driver_opts(base: &RunOpts) -> RunOpts {
 pub fn render(seeds: &Seeds, s0: &[&Experiment; 2], s1: &Experiment, s2: &Experiment, sizes: Sizes) -> String {
     let mut t = String::new();
     let _ = writeln!(t, "# Seeds reproduced on the emulated SA8155P\n\n{LEGEND}\n");
+    let _ = writeln!(t, "Seed 000's programs: {}.\n", sizes.userspace.describe());
     for (e, driver) in
         s0.iter().zip(["the Rust port (rust-driver/)", "the C driver (c-ctabs/, the seed's own patches)"])
     {
@@ -592,10 +631,22 @@ pub fn default_boots(profile: Profile) -> usize {
 /// boots of each experiment (each with its own QEMU `-seed` when the TCG mode is
 /// deterministic; see [`experiment_boots`]).
 pub fn run_only(profile: Profile, base: &RunOpts, out: &Path, only: &[String], boots: usize) -> Result<Reproduction> {
+    run_with(profile, Userspace::Ports, base, out, only, boots)
+}
+
+/// [`run_only`] with seed 000's rows measured by `userspace`'s programs.
+pub fn run_with(
+    profile: Profile,
+    userspace: Userspace,
+    base: &RunOpts,
+    out: &Path,
+    only: &[String],
+    boots: usize,
+) -> Result<Reproduction> {
     if boots == 0 {
         anyhow::bail!("--boots 0: every experiment needs at least one boot");
     }
-    run_sized(profile, Sizes::of(profile), boots, base, out, only)
+    run_sized(profile, Sizes { userspace, ..Sizes::of(profile) }, boots, base, out, only)
 }
 
 /// The boots of one experiment of `plan`: under a deterministic TCG mode `boots` of them,
@@ -636,18 +687,23 @@ fn run_sized(
     // Every boot of the three experiments, (seed, plan, options), in one list for -j.
     let mut boots: Vec<(&str, Plan, RunOpts)> = vec![];
     if want("000") {
+        let u = sizes.userspace;
         note(format!(
-            "reproduce: seed 000 (CTABS modes 0/1/2, binder-tiers with priority_inheritance 0, 1, 1 + INHERIT_RT; {} repetitions)",
-            sizes.bench_reps
+            "reproduce: seed 000 (CTABS modes 0/1/2, the tiers with priority_inheritance 0, 1{}; {} repetitions), \
+             measured by {}",
+            if u == Userspace::Ports { ", 1 + INHERIT_RT" } else { "" },
+            sizes.bench_reps,
+            u.describe()
         ));
-        boots.extend(experiment_boots("000", bench::plan_inherit(profile, sizes.bench_reps, None), base, boots_each));
+        let plan = userspace::apply(u, bench::plan_inherit(profile, sizes.bench_reps, None))?;
+        boots.extend(experiment_boots("000", plan, base, boots_each));
         note(format!(
             "reproduce: seed 000 on the C driver ({C_FLAVOR}, CTABS modes 0/1/2; {} repetitions)",
             sizes.bench_reps
         ));
         boots.extend(experiment_boots(
             "000c",
-            bench::plan(profile, sizes.bench_reps, None),
+            userspace::apply(u, bench::plan(profile, sizes.bench_reps, None))?,
             &c_driver_opts(base),
             boots_each,
         ));

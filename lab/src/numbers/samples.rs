@@ -24,6 +24,31 @@ pub fn parse_step(step: &str) -> Option<(&str, u32)> {
 /// A tier's average latency counts only from this many calls in a repetition.
 pub const TIER_MIN_CALLS: f64 = 20.0;
 
+/// binderThroughputTest's histogram bucket width in ms: 128 buckets over 50 ms.
+pub const BUCKET_MS: f64 = 50.0 / 128.0;
+
+/// The midpoint of the histogram bucket that latency `ms` falls in, as binderThroughputTest
+/// reports a percentile (its last bucket takes everything beyond).
+pub fn bucket_mid(ms: f64) -> f64 {
+    ((ms / BUCKET_MS).floor().clamp(0.0, 127.0) + 0.5) * BUCKET_MS
+}
+
+/// A throughput result's p50/p99 both ways, as `<bench>.pNN_bucket_ms` and
+/// `<bench>.pNN_exact_ms`: AOSP's program reports the bucket midpoints and (with aosp/patches
+/// 0008) the exact values; the ports report exact values, whose buckets are derived here (the
+/// bucket of the port's sample at p * n / 100; AOSP's cumulative count can end one sample
+/// earlier, so at a bucket edge the two may differ by one bucket).
+fn put_percentiles(put: &mut impl FnMut(String, u32, Option<f64>), b: &str, mode: u32, data: &serde_json::Value) {
+    let bucketed = data["percentiles"].as_str() == Some("buckets");
+    for p in ["p50", "p99"] {
+        let own = data[format!("{p}_ms")].as_f64();
+        let (bucket, exact) =
+            if bucketed { (own, data["exact"][format!("{p}_ms")].as_f64()) } else { (own.map(bucket_mid), own) };
+        put(format!("{b}.{p}_bucket_ms"), mode, bucket);
+        put(format!("{b}.{p}_exact_ms"), mode, exact);
+    }
+}
+
 /// metric -> mode -> one sample per repetition.
 pub type Samples = BTreeMap<String, BTreeMap<u32, Vec<f64>>>;
 
@@ -91,6 +116,7 @@ pub fn collect(events: &[Event]) -> Samples {
                 for k in ["iterations_per_sec", "avg_ms", "p50_ms", "p99_ms", "worst_ms"] {
                     put(format!("{b}.{k}"), mode, data[k].as_f64());
                 }
+                put_percentiles(&mut put, b, mode, data);
                 if let Some(c) = data["counters"].as_object() {
                     for (k, v) in c {
                         put(format!("{b}.counters.{k}"), mode, v.as_f64());
@@ -206,4 +232,50 @@ pub fn summary(boots: &[&[Event]], by_boots: bool) -> (Samples, BTreeMap<String,
         add_boot(&mut all, b, &collect(events));
     }
     (pooled(&all), summarise_boots(&all))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn result(data: serde_json::Value) -> Event {
+        Event::Result {
+            step: step_name("throughput", 0, 0),
+            case: "throughput".into(),
+            status: labproto::Status::Pass,
+            duration_ms: 0.0,
+            message: None,
+            data,
+        }
+    }
+
+    #[test]
+    fn buckets_are_binder_throughput_tests() {
+        // The seed's p50 and p99: the midpoints of buckets 0 and 1.
+        assert_eq!(bucket_mid(0.0), 0.1953125);
+        assert_eq!(bucket_mid(0.3906), 0.1953125);
+        assert_eq!(bucket_mid(0.390625), 0.5859375);
+        assert_eq!(bucket_mid(1e6), 127.5 * BUCKET_MS);
+    }
+
+    #[test]
+    fn each_program_gives_both_percentiles() {
+        let port = collect(&[result(serde_json::json!({"p50_ms": 0.02, "p99_ms": 0.5}))]);
+        let one = |s: &Samples, k: &str| s[k][&0][0];
+        assert_eq!((one(&port, "throughput.p50_exact_ms"), one(&port, "throughput.p99_exact_ms")), (0.02, 0.5));
+        assert_eq!(
+            (one(&port, "throughput.p50_bucket_ms"), one(&port, "throughput.p99_bucket_ms")),
+            (0.1953125, 0.5859375)
+        );
+        let aosp = collect(&[result(serde_json::json!({
+            "percentiles": "buckets", "p50_ms": 0.195312, "p99_ms": 0.585938,
+            "exact": {"p50_ms": 0.017584, "p99_ms": 0.40}}))]);
+        assert_eq!(one(&aosp, "throughput.p50_bucket_ms"), 0.195312);
+        assert_eq!((one(&aosp, "throughput.p50_exact_ms"), one(&aosp, "throughput.p99_exact_ms")), (0.017584, 0.40));
+        // The program's own figure stays under its old name.
+        assert_eq!(one(&aosp, "throughput.p50_ms"), 0.195312);
+        // Without patch 0008's line there is no exact value, never a made-up one.
+        let old = collect(&[result(serde_json::json!({"percentiles": "buckets", "p50_ms": 0.195312}))]);
+        assert!(!old.contains_key("throughput.p50_exact_ms"));
+    }
 }
