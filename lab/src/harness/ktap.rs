@@ -131,6 +131,113 @@ pub fn from_console(console: &[String]) -> Vec<Event> {
     out
 }
 
+/// The kernel's own console lines (`[    1.234567] text`) with the timestamp and the one
+/// space after it stripped and the rest as printed: KTAP's indentation is its structure.
+/// Lines without a timestamp (the init's, a step's) are left out.
+pub fn kernel_lines(console: &[String]) -> Vec<&str> {
+    console
+        .iter()
+        .filter_map(|l| {
+            let (stamp, rest) = l.strip_prefix('[')?.split_once("] ")?;
+            let (s, us) = stamp.trim_start().split_once('.')?;
+            let digits = |x: &str| !x.is_empty() && x.bytes().all(|b| b.is_ascii_digit());
+            (digits(s) && digits(us)).then_some(rest)
+        })
+        .collect()
+}
+
+/// A KUnit suite as one run showed it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Suite {
+    pub name: String,
+    /// The `# module:` attribute the kernel prints under the suite's header: what
+    /// `kunit.filter=module!=NAME` matches (a suite whose cases carry no module has none).
+    pub module: Option<String>,
+    /// The failed cases (`suite.case`) with the kernel's directive, or the suite itself.
+    pub failures: Vec<String>,
+    /// The output ended inside it: the boot crashed or hung while the suite ran.
+    pub cut_off: bool,
+}
+
+impl Suite {
+    pub fn failed(&self) -> bool {
+        self.cut_off || !self.failures.is_empty()
+    }
+}
+
+/// The suites of KTAP `lines`, and the number the first top-level plan line (`1..N`)
+/// announced: the boot's KTAP (the kernel prints it at KERN_INFO, on the console at
+/// `loglevel=7`) announces every suite the kernel runs, also those a crash left unrun.
+pub fn suites(lines: &[&str]) -> (Option<usize>, Vec<Suite>) {
+    let planned = lines.iter().find_map(|l| l.strip_prefix("1..")?.trim().parse().ok());
+    // `# module: M` right under `# Subtest: S`, at the header's indentation.
+    let mut modules: Vec<(String, String)> = vec![];
+    let mut header: Option<(usize, &str)> = None;
+    for raw in lines {
+        let body = raw.trim_start();
+        let indent = raw.len() - body.len();
+        if let Some(name) = body.strip_prefix("# Subtest: ") {
+            header = Some((indent, name.trim()));
+        } else if let (Some(m), Some((i, s))) = (body.strip_prefix("# module: "), header) {
+            if i == indent && !m.trim().is_empty() {
+                modules.push((s.to_string(), m.trim().to_string()));
+            }
+        }
+    }
+    let suites = tree(lines)
+        .into_iter()
+        .map(|t| {
+            let mut ev = vec![];
+            emit(&t, "", &mut ev);
+            let failures = ev
+                .iter()
+                .filter_map(|e| match e {
+                    Event::Result { case, status: Status::Fail, message, .. } => {
+                        Some(message.as_ref().map_or(case.clone(), |m| format!("{case} ({m})")))
+                    }
+                    _ => None,
+                })
+                .collect();
+            let module = modules.iter().rev().find(|(s, _)| *s == t.name).map(|(_, m)| m.clone());
+            Suite { module, failures, cut_off: t.missing, name: t.name }
+        })
+        .collect();
+    (planned, suites)
+}
+
+/// The KUnit expectation and assertion failures among kernel lines ([`kernel_lines`]), one
+/// signature each, with the suite when its header came before and without the line number
+/// (a patch that moves the line does not make it another failure):
+/// `kunit binder_alloc.binder_alloc_test_init_freelist: EXPECTATION FAILED at drivers/android/tests/binder_alloc_kunit.c:N`.
+/// The kernel prints them at KERN_ERR as the case runs, so they are on the console at the
+/// lab's loglevel and show a case's failure even when the boot crashes before its result line.
+pub fn console_failures(lines: &[&str]) -> Vec<String> {
+    let mut suite: Option<&str> = None;
+    let mut out: Vec<String> = vec![];
+    for raw in lines {
+        let body = raw.trim();
+        if let Some(name) = body.strip_prefix("# Subtest: ") {
+            // A suite's header is indented once; a parameterised case's deeper.
+            if raw.len() - raw.trim_start().len() <= 4 {
+                suite = Some(name.trim());
+            }
+            continue;
+        }
+        let Some((case, what)) = body.strip_prefix("# ").and_then(|b| b.split_once(": ")) else { continue };
+        let Some((kind, at)) = what.split_once(" FAILED at ") else { continue };
+        if !matches!(kind, "EXPECTATION" | "ASSERTION") {
+            continue;
+        }
+        let file = at.rsplit_once(':').filter(|(_, n)| n.bytes().all(|b| b.is_ascii_digit())).map_or(at, |(f, _)| f);
+        let case = suite.map_or(case.to_string(), |s| format!("{s}.{case}"));
+        let sig = format!("kunit {case}: {kind} FAILED at {file}:N");
+        if !out.contains(&sig) {
+            out.push(sig);
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -274,5 +381,79 @@ mod tests {
         assert_eq!(f.len(), 9, "{f:?}");
         assert_eq!(f[7], ("string-stream-test.string_stream_test_empty_on_creation".into(), Status::Pass));
         assert_eq!(f[8], ("string-stream-test".into(), Status::Fail));
+    }
+
+    /// A boot's console at loglevel 7: KUnit's KTAP among other kernel lines, one suite
+    /// passed, the second failed a case and the boot crashed in its next case's exit.
+    const BOOT: &str = "[    0.000000] Kernel command line: console=ttyAMA0 loglevel=7
+[    9.100000] KTAP version 1
+[    9.100100] 1..3
+[    9.100200]     KTAP version 1
+[    9.100300]     # Subtest: first
+[    9.100400]     # module: first_kunit
+[    9.100500]     1..1
+[    9.100600]     ok 1 a
+[    9.100700] ok 1 first
+[    9.200000]     KTAP version 1
+[    9.200100]     # Subtest: binder_alloc
+[    9.200200]     # module: binder_alloc_kunit
+[    9.200300]     1..3
+[    9.200400]     # binder_alloc_test_init_freelist: EXPECTATION FAILED at drivers/android/tests/binder_alloc_kunit.c:416
+[    9.200400]     Expected priv->alloc.freelist == &priv->binder_test_freelist, but
+[    9.200500]     not ok 1 binder_alloc_test_init_freelist
+[   15.852238] kernel BUG at drivers/android/binder_alloc.c:971!
+[   15.868295] CPU: 6 UID: 0 PID: 76 Comm: kunit_try_catch Tainted: G                 N  7.2.12-binderlab #1
+lab-init: not a kernel line
+[kunit]     ok 9 not_the_boot";
+
+    fn boot() -> Vec<String> {
+        BOOT.lines().map(String::from).collect()
+    }
+
+    #[test]
+    fn kernel_lines_keep_ktap_indentation() {
+        let console = boot();
+        let lines = kernel_lines(&console);
+        assert_eq!(lines[1], "KTAP version 1");
+        assert_eq!(lines[4], "    # Subtest: first");
+        assert!(!lines.iter().any(|l| l.contains("not a kernel line") || l.contains("not_the_boot")));
+    }
+
+    #[test]
+    fn suites_name_their_module_and_the_one_a_crash_cut_off() {
+        let console = boot();
+        let (planned, found) = suites(&kernel_lines(&console));
+        assert_eq!(planned, Some(3));
+        assert_eq!(found.len(), 2, "{found:?}");
+        assert_eq!(
+            found[0],
+            Suite { name: "first".into(), module: Some("first_kunit".into()), failures: vec![], cut_off: false }
+        );
+        assert!(!found[0].failed());
+        let b = &found[1];
+        assert_eq!(
+            (b.name.as_str(), b.module.as_deref(), b.cut_off),
+            ("binder_alloc", Some("binder_alloc_kunit"), true)
+        );
+        assert_eq!(b.failures, ["binder_alloc.binder_alloc_test_init_freelist"]);
+        // The kunit step's results (debugfs) name a failing suite without a crash.
+        let step: Vec<&str> = LOG.lines().filter_map(|l| l.strip_prefix("[kunit] ")).collect();
+        let (_, s) = suites(&step);
+        assert_eq!((s[0].name.as_str(), s[0].cut_off), ("rust_binder_ctabs", false));
+        assert_eq!(s[0].failures, ["rust_binder_ctabs.b"]);
+    }
+
+    #[test]
+    fn expectation_failures_before_a_crash_are_signatures() {
+        let console = boot();
+        assert_eq!(
+            console_failures(&kernel_lines(&console)),
+            ["kunit binder_alloc.binder_alloc_test_init_freelist: EXPECTATION FAILED at drivers/android/tests/binder_alloc_kunit.c:N"]
+        );
+        // The same failure at another line is the same signature; a message that only looks
+        // like one is not.
+        let moved = ["    # Subtest: binder_alloc", "    # binder_alloc_test_init_freelist: EXPECTATION FAILED at drivers/android/tests/binder_alloc_kunit.c:420"];
+        assert_eq!(console_failures(&moved), console_failures(&kernel_lines(&console)));
+        assert!(console_failures(&["    # x: NOTHING FAILED at a.c:1", "    # x.speed: slow"]).is_empty());
     }
 }

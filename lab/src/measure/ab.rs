@@ -449,6 +449,12 @@ pub struct Gate {
     /// The treatment's failures the A/B fails on: neither the base's own (the same signature)
     /// nor a flake by the re-runs.
     pub blamed: Vec<String>,
+    /// KUnit: the suites that fail on the base, left out on both kernels.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub filtered: Vec<FilteredSuite>,
+    /// KUnit: the gate's runs without them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rest: Option<KunitRest>,
 }
 
 impl Gate {
@@ -789,8 +795,9 @@ fn fuzz_plan(ops: u64) -> Result<Plan> {
     Ok(p)
 }
 
-/// The binder_alloc KUnit suite of the pinned tree panics the boot in its first case's exit
-/// (see the nightly's stages): the gates other than KUnit boot such kernels without KUnit.
+/// The binder_alloc KUnit suite of the pinned tree takes the boot down (`BUG_ON(alloc->mapped)`
+/// in a case's exit when the test's deferred fput has not run yet; else its exhaustive case
+/// runs for many minutes under KASAN): the gates other than KUnit boot such kernels without KUnit.
 fn kunit_off(flavor: &str) -> bool {
     flavor::load(flavor)
         .map(|f| f.config.values.get("CONFIG_ANDROID_BINDER_ALLOC_KUNIT_TEST").is_some_and(|v| v == "y"))
@@ -821,7 +828,212 @@ fn gate_run(plan: &Plan, flavor: &str, kind: &str, base: &RunOpts) -> Result<Out
     if kind != "kunit" && kunit_off(flavor) {
         o.append.push("kunit.enable=0".into());
     }
+    if kind == "kunit" {
+        o.append.push(KUNIT_LOGLEVEL.into());
+    }
     run_plan_and_report(plan, &o)
+}
+
+/// The KUnit gate's boots put the kernel's KTAP (KERN_INFO) on the console: a boot that
+/// crashes inside a suite then names the suite, and the suites it never reached are counted.
+const KUNIT_LOGLEVEL: &str = "loglevel=7";
+
+/// A KUnit suite left out of the KUnit gate on both kernels, because it fails on the base.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct FilteredSuite {
+    pub suite: String,
+    /// The module `kunit.filter=module!=` names (None: the kernel printed none, so it cannot
+    /// be left out and runs as before).
+    pub module: Option<String>,
+    /// How it failed on the base, or why it goes with one that did.
+    pub why: String,
+}
+
+/// The KUnit gate once the suites that fail on the base are left out: its runs on both kernels.
+#[derive(Clone, Debug, Serialize)]
+pub struct KunitRest {
+    /// The kernel argument that leaves them out (`kunit.filter=module!=A,module!=B`).
+    pub filter: String,
+    /// None: no suite was left to run (every suite the base announced fails there).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run_dir: Option<PathBuf>,
+    pub ok: bool,
+    pub failures: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub base_run: Option<PathBuf>,
+    pub base_failures: Vec<String>,
+    /// The suite both whole runs ended inside (crashed or hung), if they did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cut_off: Option<String>,
+}
+
+/// The console of a run, line by line (empty when it has none).
+fn console(o: &Outcome) -> Vec<String> {
+    std::fs::read_to_string(o.dir.join("console.log")).unwrap_or_default().lines().map(String::from).collect()
+}
+
+/// A gate run's failure signatures; a KUnit run's also carry the expectation and assertion
+/// failures the kernel printed, which a crash later in the boot does not erase.
+fn signatures(kind: &str, o: &Outcome) -> Vec<String> {
+    let mut out = failure_signatures(o);
+    if kind == "kunit" {
+        let lines = console(o);
+        for f in crate::harness::ktap::console_failures(&crate::harness::ktap::kernel_lines(&lines)) {
+            if !out.contains(&f) {
+                out.push(f);
+            }
+        }
+    }
+    out
+}
+
+/// The KUnit suites that fail in a run, from its console: the boot's KTAP (a suite the boot
+/// crashed or hung in, a suite with failed cases) and the `kunit` step's results; with the
+/// number of suites the boot announced. Suites that share a failing suite's module go with it
+/// (the filter names modules).
+pub fn failing_suites(console: &[String]) -> (Option<usize>, Vec<FilteredSuite>) {
+    use crate::harness::ktap;
+    let (planned, mut seen) = ktap::suites(&ktap::kernel_lines(console));
+    let prefix = labproto::step_console_prefix(ktap::STEP);
+    let step: Vec<&str> = console.iter().filter_map(|l| l.strip_prefix(prefix.as_str())).collect();
+    for s in ktap::suites(&step).1 {
+        match seen.iter_mut().find(|x| x.name == s.name) {
+            Some(x) => {
+                x.module = x.module.take().or(s.module);
+                for f in s.failures {
+                    if !x.failures.contains(&f) {
+                        x.failures.push(f);
+                    }
+                }
+            }
+            None => seen.push(s),
+        }
+    }
+    let failing: Vec<&ktap::Suite> = seen.iter().filter(|s| s.failed()).collect();
+    let mut out: Vec<FilteredSuite> = failing
+        .iter()
+        .map(|s| {
+            let why = if s.cut_off {
+                "the base's boot crashed or hung inside it".to_string()
+            } else {
+                format!("fails on the base: {}", s.failures.join("; "))
+            };
+            FilteredSuite { suite: s.name.clone(), module: s.module.clone(), why }
+        })
+        .collect();
+    for s in seen.iter().filter(|s| !s.failed()) {
+        if let Some(m) = s.module.as_ref().filter(|m| failing.iter().any(|f| f.module.as_ref() == Some(*m))) {
+            let why = format!("passes on the base, but shares module {m} with a suite that fails there");
+            out.push(FilteredSuite { suite: s.name.clone(), module: Some(m.clone()), why });
+        }
+    }
+    (planned, out)
+}
+
+/// The kernel argument that leaves `suites` out of the boot's KUnit run: KUnit's attribute
+/// filter on each module (`kunit.filter_glob` cannot exclude); None when none has a module.
+pub fn kunit_filter(suites: &[FilteredSuite]) -> Option<String> {
+    let mut modules: Vec<&str> = vec![];
+    for m in suites.iter().filter_map(|s| s.module.as_deref()) {
+        if !modules.contains(&m) {
+            modules.push(m);
+        }
+    }
+    (!modules.is_empty()).then(|| {
+        format!("kunit.filter={}", modules.iter().map(|m| format!("module!={m}")).collect::<Vec<_>>().join(","))
+    })
+}
+
+/// The failures the A/B blames on the patch in a KUnit gate whose base fails some suites:
+/// those of the whole runs the base's whole run does not show (a case failure the kernel
+/// printed before the crash both boots share), and those of the runs without the failing
+/// suites the base's such run does not show.
+/// A suite both whole runs ended inside is no evidence either way for how they ended (the
+/// base's own boots end there by a crash or by a hang, one or the other from boot to boot), so
+/// those endings are excused; what the kernel printed before (case failures, KASAN, lockdep,
+/// a WARN) is compared.
+pub fn kunit_blame(whole: (&[String], &[String]), rest: Option<&KunitRest>) -> Vec<String> {
+    let both_cut_off = rest.is_some_and(|r| r.cut_off.is_some());
+    let mut out: Vec<String> =
+        blame(whole.0, whole.1, &[]).into_iter().filter(|f| !(both_cut_off && ends_a_boot(f))).collect();
+    if let Some(r) = rest {
+        for f in blame(&r.failures, &r.base_failures, &[]) {
+            if !out.contains(&f) {
+                out.push(f);
+            }
+        }
+    }
+    out
+}
+
+/// Whether a failure signature is how a boot ended: a crash, a hang, a timeout.
+fn ends_a_boot(sig: &str) -> bool {
+    ["panic: ", "bug: ", "oops: ", "hung-task: ", "soft-lockup: ", "rcu-stall: ", "timeout in ", "step kunit timed out"]
+        .iter()
+        .any(|p| sig.starts_with(p))
+}
+
+/// The KUnit suite a run's boot ended inside (crashed or hung), from its console.
+fn cut_off_in(o: &Outcome) -> Option<String> {
+    let console = console(o);
+    let (_, suites) = crate::harness::ktap::suites(&crate::harness::ktap::kernel_lines(&console));
+    suites.into_iter().find(|s| s.cut_off).map(|s| s.name)
+}
+
+/// Skipped results for the suites left out, so that the run's JUnit, TAP and KTAP name them
+/// with their reason; the reports are written again.
+fn name_filtered(o: &mut Outcome, filtered: &[FilteredSuite]) -> Result<()> {
+    for f in filtered.iter().filter(|f| f.module.is_some()) {
+        o.events.push(labproto::Event::Result {
+            step: crate::harness::ktap::STEP.into(),
+            case: f.suite.clone(),
+            status: labproto::Status::Skip,
+            duration_ms: 0.0,
+            message: Some(format!("left out of the A/B's KUnit gate on both kernels: {}", f.why)),
+            data: serde_json::Value::Null,
+        });
+    }
+    crate::report::write_reports(&o.dir, o)
+}
+
+/// The KUnit gate without the suites that fail on the base (`ob`, its whole run): the
+/// treatment, and the base too when the treatment fails.
+fn kunit_without_failing(
+    g: &mut Gate,
+    whole: (&Outcome, &Outcome),
+    plan: &Plan,
+    base_fl: &str,
+    base: &RunOpts,
+) -> Result<Option<KunitRest>> {
+    let (planned, filtered) = failing_suites(&console(whole.1));
+    g.filtered = filtered;
+    let Some(filter) = kunit_filter(&g.filtered) else { return Ok(None) };
+    let left = g.filtered.iter().filter(|f| f.module.is_some()).count();
+    let cut_off = cut_off_in(whole.1).filter(|s| cut_off_in(whole.0).as_ref() == Some(s));
+    let mut rest = KunitRest {
+        filter: filter.clone(),
+        run_dir: None,
+        ok: true,
+        failures: vec![],
+        base_run: None,
+        base_failures: vec![],
+        cut_off,
+    };
+    if planned.is_some_and(|n| n <= left) {
+        note(format!("ab: gate {}: every KUnit suite of the base fails there; none is left to run", g.name));
+        return Ok(Some(rest));
+    }
+    let with = RunOpts { append: [base.append.clone(), vec![filter]].concat(), ..base.clone() };
+    note(format!("ab: gate {}: again without the suites that fail on the base ({})", g.name, rest.filter));
+    let mut o = gate_run(plan, &g.flavor, "kunit", &with)?;
+    name_filtered(&mut o, &g.filtered)?;
+    (rest.run_dir, rest.ok, rest.failures) = (Some(o.dir.clone()), o.ok(), signatures("kunit", &o));
+    if !o.ok() && !crate::harness::run::interrupted() {
+        let mut ob = gate_run(plan, base_fl, "kunit", &with)?;
+        name_filtered(&mut ob, &g.filtered)?;
+        (rest.base_run, rest.base_failures) = (Some(ob.dir.clone()), signatures("kunit", &ob));
+    }
+    Ok(Some(rest))
 }
 
 /// Opt-in conformance cases and the files whose change makes the debug gate run them: each
@@ -938,11 +1150,13 @@ fn gates(
             ok: o.ok(),
             problems: o.problems(),
             excerpt: if o.ok() { String::new() } else { excerpt(&o) },
-            failures: failure_signatures(&o),
+            failures: signatures(kind, &o),
             base_run: None,
             base_failures: vec![],
             reruns: vec![],
             blamed: vec![],
+            filtered: vec![],
+            rest: None,
         };
         if !g.ok && crate::harness::run::interrupted() {
             g.blamed = g.failures.clone();
@@ -950,12 +1164,18 @@ fn gates(
             note(format!("ab: gate {name} failed on the treatment; running it on {base_fl} to compare the failures"));
             let ob = gate_run(&plan, &base_fl, kind, base)?;
             g.base_run = Some(ob.dir.clone());
-            g.base_failures = failure_signatures(&ob);
+            g.base_failures = signatures(kind, &ob);
             let cases = crate::harness::adhoc::failed_cases(&o);
             if kind == "conformance" && !cases.is_empty() && reruns > 0 {
                 g.reruns = rerun_cases(&cases, &fl, &base_fl, reruns, base)?;
             }
             g.blamed = blame(&g.failures, &g.base_failures, &g.reruns);
+            if kind == "kunit" && !crate::harness::run::interrupted() {
+                g.rest = kunit_without_failing(&mut g, (&o, &ob), &plan, &base_fl, base)?;
+                if g.rest.is_some() {
+                    g.blamed = kunit_blame((&g.failures, &g.base_failures), g.rest.as_ref());
+                }
+            }
         }
         out.push(g);
         if crate::harness::run::interrupted() {
@@ -1357,6 +1577,9 @@ pub fn render(r: &Report, reproducer: &str) -> String {
             );
         }
     }
+    for g in r.gates.iter().filter(|g| !g.filtered.is_empty()) {
+        render_filtered(&mut s, g);
+    }
     let _ = writeln!(
         s,
         "\n## The run\n\nPerformance boots: {} (`{}`), policy {}, QEMU `-seed` {} to {}. Seed 000's programs: {}.",
@@ -1466,6 +1689,47 @@ pub fn render(r: &Report, reproducer: &str) -> String {
     }
     let _ = writeln!(s, "\nWall time of the whole A/B: {:.0} s.", r.wall_s);
     s
+}
+
+/// The KUnit suites a gate left out because they fail on the base, and the gate without them.
+fn render_filtered(s: &mut String, g: &Gate) {
+    let filter = g.rest.as_ref().map(|r| format!(" (`{}`)", r.filter)).unwrap_or_default();
+    let _ = writeln!(
+        s,
+        "\nKUnit suites that fail on the base, left out of {} on both kernels{filter}:\n\n\
+         | suite | module | why |\n| --- | --- | --- |",
+        g.name
+    );
+    for f in &g.filtered {
+        let module =
+            f.module.as_deref().map_or("none: cannot be left out, runs as before".into(), |m| format!("`{m}`"));
+        let _ = writeln!(s, "| {} | {module} | {} |", f.suite, brief(&f.why));
+    }
+    let rest = match &g.rest {
+        None => "None has a module KUnit's filter can name: the gate ran as before.".to_string(),
+        Some(r) if r.run_dir.is_none() => "No suite is left to run: the gate judged only what both whole runs printed \
+             before the base's failure (the case failures the kernel printed, the crash's signature)."
+            .to_string(),
+        Some(r) => {
+            let run = r.run_dir.as_ref().map(|d| d.display().to_string()).unwrap_or_default();
+            let base =
+                r.base_run.as_ref().map(|d| format!("; the base without them: `{}`", d.display())).unwrap_or_default();
+            let res = if r.ok {
+                "pass".to_string()
+            } else {
+                r.failures.iter().map(|f| brief(f)).collect::<Vec<_>>().join("; ")
+            };
+            format!("The other suites on the treatment: {res} (`{run}`){base}.")
+        }
+    };
+    let _ = writeln!(s, "\n{rest}");
+    if let Some(suite) = g.rest.as_ref().and_then(|r| r.cut_off.as_ref()) {
+        let _ = writeln!(
+            s,
+            "\nBoth whole runs ended inside {suite} (the base's boots crash or hang there): how they ended is \
+             not counted against the patch; what the kernel printed before it is compared."
+        );
+    }
 }
 
 /// Which boots took a stored deterministic boot's results, in one sentence.
@@ -1629,6 +1893,8 @@ mod tests {
             base_run: None,
             base_failures,
             reruns: vec![],
+            filtered: vec![],
+            rest: None,
         }
     }
 
@@ -1934,6 +2200,142 @@ mod tests {
         let plan = conformance_with(&["shrinker_zap_race".to_string()]).unwrap();
         let argv = plan.steps.iter().find(|s| s.argv[0].ends_with("binder-conformance")).unwrap().argv.join(" ");
         assert!(argv.contains("--case shrinker_zap_race") && argv.contains("--case thread_pool"), "{argv}");
+    }
+
+    /// The base's KUnit boot on cbinder-debug, at loglevel 7: the binder_alloc suite crashes
+    /// the boot in a case's exit (`BUG_ON(alloc->mapped)` in binder_alloc_deferred_release),
+    /// beside a suite of another module that passes and one that shares its module.
+    fn base_console() -> Vec<String> {
+        "[    7.838178] KTAP version 1
+[    7.838253] 1..3
+[    7.840000]     KTAP version 1
+[    7.840001]     # Subtest: other
+[    7.840002]     # module: other_kunit
+[    7.840003]     1..1
+[    7.840004]     ok 1 a
+[    7.840005] ok 1 other
+[    7.850000]     KTAP version 1
+[    7.850001]     # Subtest: binder_alloc_extra
+[    7.850002]     # module: binder_alloc_kunit
+[    7.850003]     1..1
+[    7.850004]     ok 1 b
+[    7.850005] ok 2 binder_alloc_extra
+[    7.861918]     KTAP version 1
+[    7.862076]     # Subtest: binder_alloc
+[    7.864433]     # module: binder_alloc_kunit
+[    7.866143]     1..3
+[   15.852238] kernel BUG at drivers/android/binder_alloc.c:971!"
+            .lines()
+            .map(String::from)
+            .collect()
+    }
+
+    #[test]
+    fn kunit_suites_that_fail_on_the_base_are_left_out_and_named() {
+        let (planned, f) = failing_suites(&base_console());
+        assert_eq!(planned, Some(3));
+        let names: Vec<(&str, Option<&str>)> = f.iter().map(|x| (x.suite.as_str(), x.module.as_deref())).collect();
+        assert_eq!(
+            names,
+            [("binder_alloc", Some("binder_alloc_kunit")), ("binder_alloc_extra", Some("binder_alloc_kunit"))]
+        );
+        assert!(f[0].why.contains("crashed or hung inside it"), "{f:?}");
+        assert!(f[1].why.contains("shares module binder_alloc_kunit"), "{f:?}");
+        assert_eq!(kunit_filter(&f).as_deref(), Some("kunit.filter=module!=binder_alloc_kunit"));
+        // A suite whose cases failed in the kunit step's results, with no crash; one without a
+        // module cannot be filtered.
+        let mut console = base_console();
+        console.truncate(14);
+        console.extend(
+            [
+                "KTAP version 1",
+                "1..1",
+                "    KTAP version 1",
+                "    # Subtest: rust_binder_ctabs",
+                "    1..1",
+                "    not ok 1 pick",
+                "not ok 1 rust_binder_ctabs",
+            ]
+            .iter()
+            .map(|l| format!("[kunit] {l}")),
+        );
+        let (_, f) = failing_suites(&console);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!((f[0].suite.as_str(), f[0].module.as_deref()), ("rust_binder_ctabs", None));
+        assert_eq!(f[0].why, "fails on the base: rust_binder_ctabs.pick");
+        assert_eq!(kunit_filter(&f), None);
+        // Nothing fails: nothing is left out.
+        console.truncate(14);
+        assert!(failing_suites(&console).1.is_empty());
+    }
+
+    #[test]
+    fn a_kunit_gate_whose_base_crashes_can_still_fail_for_the_patch() {
+        let panic = "panic: Kernel panic - not syncing: Oops - BUG: Fatal exception".to_string();
+        let crash = vec![panic.clone()];
+        let expect = "kunit binder_alloc.binder_alloc_test_init_freelist: EXPECTATION FAILED at drivers/android/tests/binder_alloc_kunit.c:N".to_string();
+        // Both boots crash the same way in binder_alloc, and the suite is left out: the
+        // treatment's case failure, printed before the crash, is the patch's.
+        let rest = KunitRest {
+            filter: "kunit.filter=module!=binder_alloc_kunit".into(),
+            run_dir: None,
+            ok: true,
+            failures: vec![],
+            base_run: None,
+            base_failures: vec![],
+            cut_off: None,
+        };
+        let found = kunit_blame((&[panic.clone(), expect.clone()], &crash), Some(&rest));
+        assert_eq!(found, [expect.as_str()]);
+        // The same crash alone is the base's.
+        assert!(kunit_blame((&crash, &crash), Some(&rest)).is_empty());
+        // In the runs without binder_alloc, a case the base passes fails on the treatment.
+        let other = KunitRest { ok: false, failures: vec!["case other.a".into()], ..rest.clone() };
+        assert_eq!(kunit_blame((&crash, &crash), Some(&other)), ["case other.a"]);
+        let both = KunitRest { base_failures: vec!["case other.a".into()], ..other };
+        assert!(kunit_blame((&crash, &crash), Some(&both)).is_empty());
+        // The base's boots end inside binder_alloc by a BUG or by a hang past the timeout, one
+        // or the other: when both whole runs ended inside it, neither ending is the patch's,
+        // and what the kernel printed before still is.
+        let bug = "bug: Internal error: Oops - BUG: N [#N] SMP".to_string();
+        let hang = [
+            "hung-task: INFO: task swapper/N:N blocked for more than N seconds.".to_string(),
+            "timeout in boot".into(),
+        ];
+        let kasan = "kasan: BUG: KASAN: slab-use-after-free in binder_alloc_new_buf".to_string();
+        let t = [bug.clone(), panic.clone(), expect.clone(), kasan.clone()];
+        assert_eq!(kunit_blame((&t, &hang), Some(&rest)), [bug.as_str(), &panic, &expect, &kasan], "not both cut off");
+        let cut = KunitRest { cut_off: Some("binder_alloc".into()), ..rest };
+        assert_eq!(kunit_blame((&t, &hang), Some(&cut)), [expect, kasan]);
+        assert!(kunit_blame((&[bug, panic], &hang), Some(&cut)).is_empty());
+    }
+
+    #[test]
+    fn the_report_names_the_suites_left_out() {
+        let (_, filtered) = failing_suites(&base_console());
+        let mut g = gate("kunit-cbinder-debug", false, &["panic: x"], &["panic: x"]);
+        g.filtered = filtered;
+        g.rest = Some(KunitRest {
+            filter: kunit_filter(&g.filtered).unwrap(),
+            run_dir: Some("/runs/rest".into()),
+            ok: true,
+            failures: vec![],
+            base_run: None,
+            base_failures: vec![],
+            cut_off: None,
+        });
+        let md = render(&report(vec![g.clone()], vec![], vec![]), "x");
+        assert!(
+            md.contains("left out of kunit-cbinder-debug on both kernels (`kunit.filter=module!=binder_alloc_kunit`)"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| binder_alloc | `binder_alloc_kunit` | the base's boot crashed or hung inside it |"),
+            "{md}"
+        );
+        assert!(md.contains("The other suites on the treatment: pass (`/runs/rest`)."), "{md}");
+        g.rest.as_mut().unwrap().run_dir = None;
+        assert!(render(&report(vec![g], vec![], vec![]), "x").contains("No suite is left to run"));
     }
 
     #[test]
