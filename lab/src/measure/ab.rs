@@ -1080,19 +1080,13 @@ pub fn opt_in_cases(files: &[String]) -> Vec<String> {
         .collect()
 }
 
-/// The conformance plan with every default case and `opt_in` besides (opt-in cases run only
-/// when named, so all are named).
-fn conformance_with(opt_in: &[String]) -> Result<Plan> {
-    let plan = load_plan("conformance")?;
-    if opt_in.is_empty() {
-        return Ok(plan);
-    }
-    let names: Vec<String> = labproto::CONFORMANCE_CASES
-        .iter()
-        .filter(|c| !c.opt_in || opt_in.iter().any(|o| o == c.name))
-        .map(|c| c.name.to_string())
-        .collect();
-    crate::harness::adhoc::select_cases(&plan, &names, &[])
+/// The conformance plan with only the opt-in cases `opt_in`: a boot of their own, since on
+/// the C driver `fd_cycle_leak` leaves its context manager behind for the rest of the boot
+/// (a documented leak of that driver), and an opt-in case after the default ones could not
+/// take the context manager ("BINDER_SET_CONTEXT_MGR already set", measured on cbinder-debug
+/// and its treatment alike at load 13).
+fn opt_in_plan(opt_in: &[String]) -> Result<Plan> {
+    crate::harness::adhoc::select_cases(&load_plan("conformance")?, opt_in, &[])
 }
 
 /// Each failed case of a conformance gate, run [`RERUNS`] times in one boot of each kernel.
@@ -1140,9 +1134,12 @@ fn gates(
 ) -> Result<Vec<Gate>> {
     let conformance = load_plan("conformance")?;
     let mut list: Vec<(String, String, String, &str, Plan)> =
-        vec![(format!("conformance-{perf}"), t_perf.into(), perf.into(), "conformance", conformance)];
+        vec![(format!("conformance-{perf}"), t_perf.into(), perf.into(), "conformance", conformance.clone())];
     if let Some((t_dbg, dbg)) = debug {
-        list.push((format!("conformance-{dbg}"), t_dbg.into(), dbg.into(), "conformance", conformance_with(opt_in)?));
+        list.push((format!("conformance-{dbg}"), t_dbg.into(), dbg.into(), "conformance", conformance.clone()));
+        if !opt_in.is_empty() {
+            list.push((format!("opt-in-{dbg}"), t_dbg.into(), dbg.into(), "conformance", opt_in_plan(opt_in)?));
+        }
         list.push((format!("kunit-{dbg}"), t_dbg.into(), dbg.into(), "kunit", load_plan("kunit")?));
         list.push((format!("fuzz-{dbg}"), t_dbg.into(), dbg.into(), "fuzz", fuzz_plan(size.fuzz_ops)?));
     }
@@ -2204,9 +2201,9 @@ mod tests {
         let delay = std::fs::read_to_string(paths::repo().join("tests/data/ab/c-delay.patch")).unwrap();
         assert_eq!(touched_files(&delay), ["drivers/android/binder.c"]);
         assert!(opt_in_cases(&touched_files(&delay)).is_empty());
-        let plan = conformance_with(&["shrinker_zap_race".to_string()]).unwrap();
+        let plan = opt_in_plan(&["shrinker_zap_race".to_string()]).unwrap();
         let argv = plan.steps.iter().find(|s| s.argv[0].ends_with("binder-conformance")).unwrap().argv.join(" ");
-        assert!(argv.contains("--case shrinker_zap_race") && argv.contains("--case thread_pool"), "{argv}");
+        assert!(argv.contains("--case shrinker_zap_race") && !argv.contains("--case thread_pool"), "{argv}");
     }
 
     /// The base's KUnit boot on cbinder-debug, at loglevel 7: the binder_alloc suite crashes
