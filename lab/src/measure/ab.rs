@@ -829,7 +829,7 @@ fn gate_run(plan: &Plan, flavor: &str, kind: &str, base: &RunOpts) -> Result<Out
         o.append.push("kunit.enable=0".into());
     }
     if kind == "kunit" {
-        o.append.extend([KUNIT_LOGLEVEL.into(), KUNIT_TIMEOUT.into()]);
+        o.append.push(KUNIT_LOGLEVEL.into());
     }
     run_plan_and_report(plan, &o)
 }
@@ -837,13 +837,6 @@ fn gate_run(plan: &Plan, flavor: &str, kind: &str, base: &RunOpts) -> Result<Out
 /// The KUnit gate's boots put the kernel's KTAP (KERN_INFO) on the console: a boot that
 /// crashes inside a suite then names the suite, and the suites it never reached are counted.
 const KUNIT_LOGLEVEL: &str = "loglevel=7";
-
-/// KUnit's per-case timeout in the gate's boots, in seconds (x3 for a case marked slow; the
-/// kernel's default is 300): built-in suites run before the init, and binder_alloc's
-/// exhaustive case (750,000 allocation orders, slow) runs past any boot timeout under KASAN on
-/// TCG, which held each KUnit boot of a cbinder A/B for the whole boot timeout (300 s times the
-/// host's load per core). A timed-out case fails and KUnit goes on.
-const KUNIT_TIMEOUT: &str = "kunit.timeout=30";
 
 /// A KUnit suite left out of the KUnit gate on both kernels, because it fails on the base.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
