@@ -1580,7 +1580,13 @@ pub fn render(r: &Report, reproducer: &str) -> String {
     let _ = writeln!(
         s,
         "\n## The run\n\nPerformance boots: {} (`{}`), policy {}, QEMU `-seed` {} to {}. Seed 000's programs: {}.",
-        if r.gates_only { "none (gates only)" } else { "base and treatment alternating" },
+        if r.gates_only {
+            "none (gates only)"
+        } else if r.boots.is_empty() {
+            "none ran (a gate failed, or the A/B was interrupted); planned as base and treatment alternating"
+        } else {
+            "base and treatment alternating"
+        },
         r.timing,
         r.policy,
         r.seed_base,
@@ -2085,6 +2091,8 @@ mod tests {
         let r = report(vec![gate("g", true, &[], &[])], vec![], vec![]);
         assert_eq!(r.verdict, AbVerdict::Passed);
         assert!(render(&r, "x").contains("Performance boots: none (gates only)"));
+        let r = Report { gates_only: false, ..report(vec![gate("g", false, &["case x"], &[])], vec![], vec![]) };
+        assert!(render(&r, "x").contains("Performance boots: none ran (a gate failed"), "{}", render(&r, "x"));
         // Pairing's gain is stated.
         let rows = perf_rows(&boots_of(&all_primary, 1.0), 5.0, &BTreeMap::new());
         let md = render(&report(vec![], clean, rows), "x");
