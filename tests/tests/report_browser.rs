@@ -154,6 +154,7 @@ fn ab_report_renders_in_chromium() {
         wall_s: 0.0,
         profile_text: String::new(),
         metrics,
+        userspace: Default::default(),
     };
     let md = ab::write(&r, "cargo make ab --base cbinder --patch tests/data/ab/c-delay.patch", dir.path()).unwrap();
     assert!(md.contains("worse"), "{md}");
