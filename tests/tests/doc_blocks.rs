@@ -52,6 +52,7 @@ fn run_blocks(want_slow: bool) {
                 env.push(("LAB".into(), repo.display().to_string()));
                 scratch.path().to_path_buf()
             }
+            Place::Clone => fresh_clone(&repo, scratch.path()),
             Place::Copy => {
                 let (copy, cache) = checkout_copy(&repo);
                 env.push(("BINDER_LAB_CACHE".into(), cache.display().to_string()));
@@ -89,6 +90,37 @@ fn git_identity() -> Vec<(String, String)> {
         .into_iter()
         .chain(["GIT_AUTHOR_EMAIL", "GIT_COMMITTER_EMAIL"].map(|k| (k.to_string(), "doc-test@localhost".to_string())))
         .collect()
+}
+
+/// A fresh `git clone` of the checkout under `scratch`, at a path too deep for a unix
+/// socket's 108 bytes (the README's quick start from wherever a new user clones), with the
+/// checkout's uncommitted changes copied in (the page under test may be one of them). It
+/// uses this machine's cache, as a second clone would: its kernel is a cache hit.
+fn fresh_clone(repo: &Path, scratch: &Path) -> PathBuf {
+    let mut deep = scratch.to_path_buf();
+    while deep.as_os_str().len() < 120 {
+        deep.push("a-directory-some-levels-down");
+    }
+    let clone = deep.join("binder-lab");
+    let git = |dir: &Path, args: &[&str]| {
+        let o = Command::new("git").current_dir(dir).args(args).output().unwrap();
+        assert!(o.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&o.stderr));
+        o.stdout
+    };
+    std::fs::create_dir_all(&deep).unwrap();
+    git(&deep, &["clone", "--quiet", "--no-local", &repo.display().to_string(), "binder-lab"]);
+    let changed = git(repo, &["ls-files", "-z", "--modified", "--others", "--exclude-standard"]);
+    for f in changed.split(|&b| b == 0).filter(|f| !f.is_empty()) {
+        let rel = Path::new(std::str::from_utf8(f).unwrap());
+        let (from, to) = (repo.join(rel), clone.join(rel));
+        if from.is_file() {
+            std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+            std::fs::copy(&from, &to).unwrap();
+        } else {
+            let _ = std::fs::remove_file(&to);
+        }
+    }
+    clone
 }
 
 /// A copy of the checkout (its tracked and untracked files, not target/) in

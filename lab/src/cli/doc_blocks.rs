@@ -7,7 +7,8 @@
 //!
 //! After `quick` or `slow`, comma-separated: `scratch` (run in an empty directory outside the
 //! checkout, with the files the page shows as "`path`:" blocks written into it and `LAB` set
-//! to the checkout), `copy` (run in a copy of the checkout with a cache of its own, for a
+//! to the checkout), `clone` (run in a fresh clone of the checkout at a deep path, with this
+//! machine's cache, as a new user would), `copy` (run in a copy of the checkout with a cache of its own, for a
 //! recipe that changes the checkout's files and the cache's shared trees), `exit N` (the
 //! block's last command exits N, as the page says), `lava` (needs a LAVA server:
 //! `LAVA_SERVER`, `LAVA_USER`, `LAVA_TOKEN`). Unmarked shell blocks fail the unit test below.
@@ -42,6 +43,9 @@ pub enum Place {
     Checkout,
     /// An empty directory outside the checkout with the page's files, `LAB` = the checkout.
     Scratch,
+    /// A fresh clone of the checkout (with its uncommitted changes) at a deep path, this
+    /// machine's cache.
+    Clone,
     /// A copy of the checkout with a cache of its own.
     Copy,
 }
@@ -91,9 +95,10 @@ pub fn parse_mark(text: &str) -> Result<Mark, String> {
         match w.split_once(' ') {
             _ if w == "scratch" => place = Place::Scratch,
             _ if w == "copy" => place = Place::Copy,
+            _ if w == "clone" => place = Place::Clone,
             _ if w == "lava" => lava = true,
             Some(("exit", n)) => exit = n.trim().parse().map_err(|_| format!("exit {n:?}: not a number"))?,
-            _ => return Err(format!("{w:?}: not one of scratch, copy, lava, exit N")),
+            _ => return Err(format!("{w:?}: not one of scratch, clone, copy, lava, exit N")),
         }
     }
     Ok(Mark::Run { slow, place, exit, lava })
@@ -226,6 +231,7 @@ mod tests {
             Ok(Mark::Run { slow: true, place: Place::Scratch, exit: 7, lava: true })
         );
         assert_eq!(parse_mark("not run: interactive"), Ok(Mark::NotRun("interactive".into())));
+        assert_eq!(parse_mark("slow, clone"), Ok(Mark::Run { slow: true, place: Place::Clone, exit: 0, lava: false }));
         assert!(parse_mark("not run:").unwrap_err().contains("reason"));
         assert!(parse_mark("sometimes").unwrap_err().contains("quick, slow"));
         assert!(parse_mark("quick, fast").unwrap_err().contains("not one of"));

@@ -17,6 +17,8 @@ pub fn run(manifest: &Path, out: Option<PathBuf>) -> Result<()> {
         std::fs::copy(e, &to)?;
         println!("{} (static aarch64)", to.display());
     }
-    println!("boot with it: cargo make run-qemu --overlay {} --plan YOUR_PLAN.toml", out.display());
+    // From anywhere: `cargo make` works only inside the checkout, lab.sh everywhere.
+    let lab = crate::support::paths::repo().join("lab.sh");
+    println!("boot with it: {} run --overlay {} --plan YOUR_PLAN.toml", lab.display(), out.display());
     Ok(())
 }

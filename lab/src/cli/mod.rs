@@ -205,8 +205,8 @@ pub enum Cmd {
         /// [default: 5; 1 with --profile quick, whose rows are then `?`].
         #[arg(long, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
         boots: Option<usize>,
-        /// All four configurations (libbinder's pool / --threads 2, with / without EAS), one
-        /// boot each, and one table of their changes against the seed's (matrix.md).
+        /// All four configurations (libbinder's pool / --threads 2, with / without EAS),
+        /// `--boots` boots each, and one table of their changes against the seed's (matrix.md).
         #[arg(long, conflicts_with_all = ["threads"])]
         matrix: bool,
         /// Where matrix.md goes [default: target/lab/bench-matrix/<time>].
