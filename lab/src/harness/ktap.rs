@@ -139,9 +139,7 @@ pub fn kernel_lines(console: &[String]) -> Vec<&str> {
         .iter()
         .filter_map(|l| {
             let (stamp, rest) = l.strip_prefix('[')?.split_once("] ")?;
-            let (s, us) = stamp.trim_start().split_once('.')?;
-            let digits = |x: &str| !x.is_empty() && x.bytes().all(|b| b.is_ascii_digit());
-            (digits(s) && digits(us)).then_some(rest)
+            crate::harness::splat::is_timestamp(stamp.trim()).then_some(rest)
         })
         .collect()
 }

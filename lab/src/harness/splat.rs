@@ -85,7 +85,7 @@ fn strip_field(t: &str, ok: impl Fn(&str) -> bool) -> Option<&str> {
 }
 
 /// `1.234567`: seconds and a fraction.
-fn is_timestamp(f: &str) -> bool {
+pub(crate) fn is_timestamp(f: &str) -> bool {
     f.split_once('.').is_some_and(|(s, us)| {
         !s.is_empty()
             && !us.is_empty()
